@@ -1,0 +1,43 @@
+"""longcat-plugins: the LongCat-Flash-Thinking RL system as verl plugins.
+
+Public API: the ``hookimpl`` marker, the component descriptors, and the process-wide host.
+Importing this package never imports verl.
+"""
+
+from longcat_plugins.components import (
+    AdvantageEstimator,
+    AgentLoop,
+    Component,
+    Family,
+    FusionMethod,
+    PolicyLoss,
+    RewardFunction,
+    RewardManager,
+    Sampler,
+    SchedulePolicy,
+    Tool,
+    Trainer,
+)
+from longcat_plugins.hookspecs import hookimpl
+from longcat_plugins.host import Host, get_host
+
+__version__ = "0.1.0"
+
+__all__ = [
+    "__version__",
+    "hookimpl",
+    "get_host",
+    "Host",
+    "Family",
+    "Component",
+    "PolicyLoss",
+    "AdvantageEstimator",
+    "RewardManager",
+    "RewardFunction",
+    "AgentLoop",
+    "Tool",
+    "Trainer",
+    "Sampler",
+    "SchedulePolicy",
+    "FusionMethod",
+]

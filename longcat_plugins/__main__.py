@@ -1,0 +1,3 @@
+from longcat_plugins.cli import main
+
+main()

@@ -1,0 +1,10 @@
+"""The built-in algorithms family (see SPEC.md); exposed as plugin ``longcat.algorithms`` by :mod:`longcat_plugins.builtins`."""
+
+from __future__ import annotations
+
+from longcat_plugins.components import Component
+
+
+def components() -> list[Component]:
+    """The algorithms components this package ships; the family's modules are imported here, lazily."""
+    return []

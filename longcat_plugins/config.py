@@ -1,0 +1,323 @@
+"""The ``longcat:`` YAML section as a typed schema, and validation of whole configs.
+
+One YAML holds stock verl keys and ours: recipes compose verl's own ``ppo_trainer`` config
+(``hydra.searchpath: [pkg://verl.trainer.config]``) and add a ``longcat:`` section. Validation
+reports *every* problem with its key path, and for unknown names the available choices; it
+also checks the stock verl keys that select a component by name (``loss_mode``,
+``adv_estimator``, ...), so a typo fails before Ray starts.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import difflib
+import types
+import typing
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from longcat_plugins.components import Component, Family
+
+SECTION = "longcat"
+
+
+@dataclass
+class LongcatSection:
+    """Schema of the ``longcat:`` section. Every key is optional."""
+
+    #: allow-list of plugin names, distribution names or ``family:component`` refs (empty: all)
+    enable: list[str] = field(default_factory=list)
+    #: block-list, same forms as ``enable``
+    disable: list[str] = field(default_factory=list)
+    #: load third-party plugins found through entry points (built-ins always load)
+    autoload: bool = True
+    #: stop before training when a plugin is broken or two plugins clash
+    strict: bool = True
+    #: per-component settings: ``settings.<family>.<component>.<key>``, typed by the component's schema
+    settings: dict[str, dict[str, dict[str, Any]]] = field(default_factory=dict)
+
+
+@dataclass(frozen=True)
+class ConfigProblem:
+    path: str
+    message: str
+
+    def __str__(self) -> str:
+        return f"{self.path}: {self.message}"
+
+
+class ConfigError(ValueError):
+    """All problems of one config, each with its key path."""
+
+    def __init__(self, problems: Sequence[ConfigProblem], source: str = "config") -> None:
+        self.problems = list(problems)
+        self.source = source
+        lines = "\n".join(f"  - {p}" for p in self.problems)
+        super().__init__(f"{len(self.problems)} problem(s) in {source}:\n{lines}")
+
+
+# -- typed checking of plain data against dataclass schemas ------------------------------------
+
+
+def _type_name(tp: Any) -> str:
+    if isinstance(tp, type):
+        return tp.__name__
+    return str(tp).replace("typing.", "")
+
+
+def _close(name: str, choices: Sequence[str]) -> str:
+    near = difflib.get_close_matches(name, list(choices), n=1)
+    hint = f" (did you mean {near[0]!r}?)" if near else ""
+    listing = ", ".join(sorted(choices)) if choices else "<none>"
+    return f"{hint}; choices: {listing}"
+
+
+def check_value(value: Any, tp: Any, path: str) -> list[ConfigProblem]:
+    """Problems of ``value`` against annotation ``tp`` (dataclasses, containers, unions, literals)."""
+    if tp is Any or tp is object:
+        return []
+    origin = typing.get_origin(tp)
+    args = typing.get_args(tp)
+    if origin in (typing.Union, types.UnionType):
+        if value is None and type(None) in args:
+            return []
+        for arm in args:
+            if arm is type(None):
+                continue
+            if not check_value(value, arm, path):
+                return []
+        return [ConfigProblem(path, f"expected {_type_name(tp)}, got {type(value).__name__} {value!r}")]
+    if origin is typing.Literal:
+        if value in args:
+            return []
+        return [ConfigProblem(path, f"expected one of {', '.join(map(repr, args))}, got {value!r}")]
+    if dataclasses.is_dataclass(tp) and isinstance(tp, type):
+        if not isinstance(value, Mapping):
+            return [ConfigProblem(path, f"expected a mapping ({tp.__name__}), got {type(value).__name__}")]
+        return check_mapping(value, tp, path)
+    if origin in (list, Sequence, tuple) or tp in (list, tuple):
+        if not isinstance(value, list | tuple):
+            return [ConfigProblem(path, f"expected a list, got {type(value).__name__} {value!r}")]
+        item_tp = args[0] if args else Any
+        return [p for i, item in enumerate(value) for p in check_value(item, item_tp, f"{path}[{i}]")]
+    if origin in (dict, Mapping) or tp is dict:
+        if not isinstance(value, Mapping):
+            return [ConfigProblem(path, f"expected a mapping, got {type(value).__name__} {value!r}")]
+        key_tp, val_tp = args if args else (Any, Any)
+        problems = []
+        for k, v in value.items():
+            problems += check_value(k, key_tp, f"{path}.{k}")
+            problems += check_value(v, val_tp, f"{path}.{k}")
+        return problems
+    if tp is float:
+        ok = isinstance(value, int | float) and not isinstance(value, bool)
+    elif tp is int:
+        ok = isinstance(value, int) and not isinstance(value, bool)
+    elif isinstance(tp, type):
+        ok = isinstance(value, tp)
+    else:
+        ok = True
+    return [] if ok else [ConfigProblem(path, f"expected {_type_name(tp)}, got {type(value).__name__} {value!r}")]
+
+
+def check_mapping(data: Mapping[str, Any], schema: type, path: str) -> list[ConfigProblem]:
+    """Unknown keys (with choices) and wrongly typed values of ``data`` against a dataclass."""
+    hints = typing.get_type_hints(schema)
+    fields = {f.name: f for f in dataclasses.fields(schema)}
+    problems = []
+    for key, value in data.items():
+        if key not in fields:
+            problems.append(ConfigProblem(f"{path}.{key}", "unknown key" + _close(str(key), list(fields))))
+            continue
+        problems += check_value(value, hints[key], f"{path}.{key}")
+    for name, f in fields.items():
+        required = f.default is dataclasses.MISSING and f.default_factory is dataclasses.MISSING
+        if required and name not in data:
+            problems.append(ConfigProblem(f"{path}.{name}", "required key is missing"))
+    return problems
+
+
+def build_settings(component: Component, raw: Mapping[str, Any], where: str) -> Any:
+    """The component's config dataclass filled from ``raw``; :class:`ConfigError` if it does not fit."""
+    if component.config is None:
+        if raw:
+            raise ConfigError([ConfigProblem(where, f"{component.ref} takes no settings")])
+        return None
+    problems = check_mapping(raw, component.config, where)
+    if problems:
+        raise ConfigError(problems)
+    try:
+        return component.config(**dict(raw))
+    except (TypeError, ValueError) as exc:  # __post_init__ validation of the schema itself
+        raise ConfigError([ConfigProblem(where, str(exc))]) from exc
+
+
+# -- the longcat: section -------------------------------------------------------------------------
+
+
+def to_plain(cfg: Any) -> Any:
+    """DictConfig/ListConfig -> plain containers (interpolations resolved); plain data unchanged."""
+    try:
+        from omegaconf import DictConfig, ListConfig, OmegaConf
+
+        if isinstance(cfg, DictConfig | ListConfig):
+            return OmegaConf.to_container(cfg, resolve=True)
+    except ImportError:  # pragma: no cover - omegaconf is a dependency
+        pass
+    return cfg
+
+
+def validate_section(section: Any, host: Any = None, where: str = SECTION) -> list[ConfigProblem]:
+    """Problems of a ``longcat:`` section: schema, enable/disable names, settings per component."""
+    from longcat_plugins.host import Host
+    from longcat_plugins.selection import Selection
+
+    section = to_plain(section)
+    if section is None:
+        return []
+    if not isinstance(section, Mapping):
+        return [ConfigProblem(where, f"expected a mapping, got {type(section).__name__}")]
+    problems = check_mapping(section, LongcatSection, where)
+    if problems:
+        return problems
+    # names are checked against everything installed, whatever this process has enabled
+    discovery = host if host is not None else Host(Selection()).load()
+    plugin_names = sorted(discovery.plugins)
+    dist_names = sorted({i.distribution for i in discovery.plugins.values() if i.distribution})
+    refs = sorted(c.ref for c, _ in discovery.all_components())
+    for key in ("enable", "disable"):
+        for i, pattern in enumerate(section.get(key) or ()):
+            if not _pattern_known(pattern, plugin_names, dist_names, refs):
+                kind = "component" if ":" in pattern else "plugin"
+                choices = refs if ":" in pattern else plugin_names + [d for d in dist_names if d not in plugin_names]
+                problems.append(
+                    ConfigProblem(f"{where}.{key}[{i}]", f"unknown {kind} {pattern!r}" + _close(pattern, choices))
+                )
+    families = [f.value for f in Family]
+    for fam, comps in (section.get("settings") or {}).items():
+        if fam not in families:
+            problems.append(ConfigProblem(f"{where}.settings.{fam}", "unknown family" + _close(fam, families)))
+            continue
+        known = {c.name: c for c, _ in discovery.all_components() if c.family.value == fam}
+        for name, raw in (comps or {}).items():
+            path = f"{where}.settings.{fam}.{name}"
+            if name not in known:
+                problems.append(ConfigProblem(path, f"unknown {fam} component" + _close(name, list(known))))
+                continue
+            try:
+                build_settings(known[name], raw or {}, path)
+            except ConfigError as exc:
+                problems += exc.problems
+    return problems
+
+
+def _pattern_known(pattern: str, plugins: list[str], dists: list[str], refs: list[str]) -> bool:
+    import fnmatch
+
+    from longcat_plugins.selection import normalize_dist
+
+    if ":" in pattern:
+        return any(fnmatch.fnmatchcase(r, pattern) for r in refs)
+    return any(fnmatch.fnmatchcase(p, pattern) for p in plugins) or any(
+        fnmatch.fnmatchcase(normalize_dist(d), normalize_dist(pattern)) for d in dists
+    )
+
+
+# -- whole configs -----------------------------------------------------------------------------
+
+
+def _select(cfg: Mapping[str, Any], dotted: str) -> Any:
+    node: Any = cfg
+    for part in dotted.split("."):
+        if not isinstance(node, Mapping) or part not in node:
+            return None
+        node = node[part]
+    return node
+
+
+#: component kind -> (when the stock key applies, the key) for names chosen by path+name pairs
+_PATH_SELECTED = {
+    "reward_function": ("reward.custom_reward_function", "pkg://longcat_plugins.reward_functions"),
+    "sampler": ("trainer.v1.sampler.custom_sampler", "pkg://longcat_plugins.samplers"),
+}
+
+
+def validate_verl_selections(cfg: Mapping[str, Any], host: Any) -> list[ConfigProblem]:
+    """Stock verl keys that name a component must name a stock one or an enabled one of ours."""
+    import importlib
+
+    from longcat_plugins.verl_bridge import TARGETS, bridge
+
+    problems = []
+    for kind, target in TARGETS.items():
+        key = target.selected_by
+        value = _select(cfg, key)
+        if not isinstance(value, str) or not value:
+            continue
+        if kind == "reward_manager" and _select(cfg, "reward.reward_manager.source") not in (None, "register"):
+            continue
+        if kind == "trainer" and _select(cfg, "trainer.use_v1") is False:
+            continue
+        module = importlib.import_module(target.module)
+        stock = bridge.stock_names(kind, module)
+        ours = [c.name for c in host.components(kind=kind)]
+        if value in stock or value in ours:
+            continue
+        problems.append(ConfigProblem(key, _unknown_name(kind, value, stock + ours, host)))
+    for kind, (node_path, pkg) in _PATH_SELECTED.items():
+        node = _select(cfg, node_path)
+        if isinstance(node, Mapping) and node.get("path") == pkg and node.get("name"):
+            ours = [c.name for c in host.components(kind=kind)]
+            if node["name"] not in ours:
+                problems.append(ConfigProblem(f"{node_path}.name", _unknown_name(kind, node["name"], ours, host)))
+    return problems
+
+
+def _unknown_name(kind: str, value: str, choices: list[str], host: Any) -> str:
+    why = ""
+    for comp, reason in host.all_components():
+        if comp.kind == kind and comp.name == value and reason:
+            why = f" ({comp.ref} from plugin {comp.plugin!r} is {reason})"
+    return f"unknown {kind} {value!r}{why}" + _close(value, choices)
+
+
+def host_for_section(section: Mapping[str, Any] | None) -> Any:
+    """A host with the selection of ``section`` plus this process's environment overrides."""
+    from longcat_plugins.host import Host
+    from longcat_plugins.selection import Selection
+
+    selection = Selection.from_section(section or {}).with_env_overrides()
+    return Host(selection).load()
+
+
+def validate_config(cfg: Any, *, check_verl_names: bool = True) -> tuple[list[ConfigProblem], Any]:
+    """All problems of a composed config (the ``longcat:`` section and the stock keys naming our
+    components), and the host the config selects."""
+    plain = to_plain(cfg) or {}
+    section = plain.get(SECTION)
+    problems = validate_section(section)
+    if problems:
+        return problems, None
+    host = host_for_section(section)
+    if (section or {}).get("strict", True):
+        problems += [ConfigProblem(f"{SECTION} (plugin {p.plugin})", p.message) for p in host.problems]
+    if check_verl_names:
+        problems += validate_verl_selections(plain, host)
+    return problems, host
+
+
+def compose(config: str | Path, overrides: Sequence[str] = ()) -> Any:
+    """Compose a recipe YAML (with its defaults, searchpath and overrides) the way Hydra's
+    ``@hydra.main`` would, without running anything."""
+    from hydra import compose as hydra_compose
+    from hydra import initialize_config_dir
+    from hydra.core.global_hydra import GlobalHydra
+
+    path = Path(config).resolve()
+    if not path.is_file():
+        raise FileNotFoundError(f"config file not found: {config}")
+    GlobalHydra.instance().clear()
+    with initialize_config_dir(config_dir=str(path.parent), version_base=None):
+        return hydra_compose(config_name=path.stem, overrides=list(overrides))

@@ -1,0 +1,1 @@
+"""Data strategies used by the schedulers: curriculum, budget allocation, filtering, replay."""

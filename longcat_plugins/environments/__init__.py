@@ -1,0 +1,10 @@
+"""The built-in environments family (see SPEC.md); exposed as plugin ``longcat.environments`` by :mod:`longcat_plugins.builtins`."""
+
+from __future__ import annotations
+
+from longcat_plugins.components import Component
+
+
+def components() -> list[Component]:
+    """The environments components this package ships; the family's modules are imported here, lazily."""
+    return []

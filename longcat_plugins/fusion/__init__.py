@@ -1,0 +1,10 @@
+"""The built-in fusion family (see SPEC.md); exposed as plugin ``longcat.fusion`` by :mod:`longcat_plugins.builtins`."""
+
+from __future__ import annotations
+
+from longcat_plugins.components import Component
+
+
+def components() -> list[Component]:
+    """The fusion components this package ships; the family's modules are imported here, lazily."""
+    return []

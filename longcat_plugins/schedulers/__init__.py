@@ -1,0 +1,10 @@
+"""The built-in schedulers family (see SPEC.md); exposed as plugin ``longcat.schedulers`` by :mod:`longcat_plugins.builtins`."""
+
+from __future__ import annotations
+
+from longcat_plugins.components import Component
+
+
+def components() -> list[Component]:
+    """The schedulers components this package ships; the family's modules are imported here, lazily."""
+    return []

@@ -1,0 +1,112 @@
+"""pytest plugin for plugin authors (loaded automatically through the ``pytest11`` entry point).
+
+Fixtures give a fresh host with only the plugins you choose, optionally made the process-wide
+one and pushed into verl's registries, and undo everything afterwards, the way pytest's
+``pytester`` lets pytest plugins be tested::
+
+    def test_my_loss_is_in_verl(longcat_host):
+        longcat_host(my_plugin, activate=True)
+        from verl.trainer.ppo.core_algos import get_policy_loss_fn
+        assert get_policy_loss_fn("my_loss") is my_loss
+"""
+
+from __future__ import annotations
+
+import sys
+from collections.abc import Callable, Iterator
+from typing import Any
+
+import pytest
+
+from longcat_plugins.host import Host, set_host
+from longcat_plugins.selection import Selection
+
+HostFactory = Callable[..., Host]
+
+
+def make_host(
+    *plugins: Any,
+    builtins: bool = False,
+    entry_points: bool = False,
+    selection: Selection | None = None,
+    enable: tuple[str, ...] = (),
+    disable: tuple[str, ...] = (),
+) -> Host:
+    """A host with exactly ``plugins`` (modules or objects, or ``(name, plugin)`` pairs), plus
+    the built-ins and/or every installed entry point when asked."""
+    from longcat_plugins.selection import Rule
+
+    if selection is None:
+        selection = Selection(
+            tuple(Rule(p, "test enable") for p in enable), tuple(Rule(p, "test disable") for p in disable)
+        )
+    host = Host(selection)
+    if builtins or entry_points:
+        import importlib.metadata
+
+        from longcat_plugins.host import ENTRY_POINT_GROUP, _is_builtin
+
+        eps = [ep for ep in importlib.metadata.entry_points(group=ENTRY_POINT_GROUP) if entry_points or _is_builtin(ep)]
+        host.load(eps)
+    for plugin in plugins:
+        name, obj = plugin if isinstance(plugin, tuple) else (getattr(plugin, "__name__", repr(plugin)), plugin)
+        host.add_plugin(obj, name=name, distribution="test")
+    return host
+
+
+class _VerlSandbox:
+    """Snapshots the verl registries the bridge writes to and restores them."""
+
+    def __init__(self) -> None:
+        from longcat_plugins.verl_bridge import TARGETS, bridge
+
+        self._saved: list[tuple[dict[str, Any], dict[str, Any]]] = []
+        self._bridge_state = (dict(bridge.registered), dict(bridge.results))
+        for target in TARGETS.values():
+            module = sys.modules.get(target.module)
+            if module is not None:
+                registry = target.registry(module)
+                self._saved.append((registry, dict(registry)))
+
+    def restore(self) -> None:
+        from longcat_plugins.verl_bridge import bridge
+
+        for registry, content in self._saved:
+            registry.clear()
+            registry.update(content)
+        bridge.registered, bridge.results = self._bridge_state
+
+
+@pytest.fixture
+def longcat_host_factory() -> HostFactory:
+    """``make(*plugins, builtins=False, entry_points=False, enable=(), disable=())`` -> a fresh
+    :class:`Host` that touches nothing global."""
+    return make_host
+
+
+@pytest.fixture
+def longcat_host() -> Iterator[HostFactory]:
+    """Like ``longcat_host_factory``, but with ``activate=True`` the host becomes the
+    process-wide one and its components are registered into verl; undone at teardown."""
+    previous = set_host(None)
+    set_host(previous)
+    sandboxes: list[_VerlSandbox] = []
+
+    def factory(*plugins: Any, activate: bool = False, **kwargs: Any) -> Host:
+        host = make_host(*plugins, **kwargs)
+        if activate:
+            import verl  # noqa: F401 - installs the bridge through verl's own plugin discovery
+
+            from longcat_plugins.verl_bridge import TARGETS, bridge
+
+            for target in TARGETS.values():
+                __import__(target.module)
+            sandboxes.append(_VerlSandbox())
+            set_host(host)
+            bridge.sync(host)
+        return host
+
+    yield factory
+    for sandbox in reversed(sandboxes):
+        sandbox.restore()
+    set_host(previous)

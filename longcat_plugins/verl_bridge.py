@@ -1,0 +1,239 @@
+"""The one entry point in verl's ``verl.plugins`` group: host -> verl registries.
+
+verl imports this module from ``verl/__init__.py`` in every process that imports verl (the
+driver, every Ray worker, reward and agent-loop workers). Importing it must never make
+``import verl`` fail and must stay cheap, so it only arranges, per registry, that the
+enabled components are registered the moment that registry's module is imported
+(:mod:`longcat_plugins.import_hooks`). Failures are logged at WARNING: verl itself would
+hide them at DEBUG.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+from collections.abc import Callable, MutableMapping
+from dataclasses import dataclass
+from types import ModuleType
+from typing import Any
+
+from longcat_plugins import host as host_mod
+from longcat_plugins.components import Component
+from longcat_plugins.import_hooks import when_imported
+
+logger = logging.getLogger("longcat_plugins.verl_bridge")
+
+#: the verl release range this bridge was tested against
+TESTED_VERL = ">=0.9.1,<0.10"
+
+
+@dataclass(frozen=True)
+class VerlTarget:
+    """Where one kind of component lands in verl."""
+
+    kind: str
+    module: str
+    #: reads the registry dict out of the imported module
+    registry: Callable[[ModuleType], MutableMapping[str, Any]]
+    #: the value verl stores for a component (most store the object; agent loops a hydra target)
+    entry: Callable[[Component], Any]
+    #: verl's base class the target must subclass, as (module, attribute), if any
+    base: tuple[str, str] | None = None
+    #: the stock verl key that selects a name of this kind, for validation messages
+    selected_by: str = ""
+
+
+def _attr(name: str) -> Callable[[ModuleType], MutableMapping[str, Any]]:
+    return lambda module: getattr(module, name)
+
+
+def _same(comp: Component) -> Any:
+    return comp.target
+
+
+def _hydra_target(comp: Component) -> Any:
+    return {"_target_": f"{comp.target.__module__}.{comp.target.__qualname__}"}
+
+
+TARGETS: dict[str, VerlTarget] = {
+    t.kind: t
+    for t in (
+        VerlTarget(
+            "policy_loss",
+            "verl.trainer.ppo.core_algos",
+            _attr("POLICY_LOSS_REGISTRY"),
+            _same,
+            selected_by="actor_rollout_ref.actor.policy_loss.loss_mode",
+        ),
+        VerlTarget(
+            "adv_estimator",
+            "verl.trainer.ppo.core_algos",
+            _attr("ADV_ESTIMATOR_REGISTRY"),
+            _same,
+            selected_by="algorithm.adv_estimator",
+        ),
+        VerlTarget(
+            "reward_manager",
+            "verl.experimental.reward_loop.reward_manager.registry",
+            _attr("REWARD_MANAGER"),
+            _same,
+            base=("verl.experimental.reward_loop.reward_manager.base", "RewardManagerBase"),
+            selected_by="reward.reward_manager.name",
+        ),
+        VerlTarget(
+            "agent_loop",
+            "verl.experimental.agent_loop.agent_loop",
+            _attr("_agent_loop_registry"),
+            _hydra_target,
+            base=("verl.experimental.agent_loop.agent_loop", "AgentLoopBase"),
+            selected_by="actor_rollout_ref.rollout.agent.default_agent_loop",
+        ),
+        VerlTarget(
+            "trainer",
+            "verl.trainer.ppo.v1.trainer_base",
+            _attr("TRAINER_REGISTRY"),
+            _same,
+            base=("verl.trainer.ppo.v1.trainer_base", "PPOTrainer"),
+            selected_by="trainer.v1.trainer_mode",
+        ),
+        VerlTarget(
+            "schedule_policy",
+            "verl.experimental.fully_async_policy.dynamic_schedule.base",
+            _attr("_policy_registry"),
+            _same,
+            base=("verl.experimental.fully_async_policy.dynamic_schedule.base", "DynamicSchedulePolicyBase"),
+            selected_by="async_training.dynamic_schedule_policy",
+        ),
+    )
+}
+
+
+@dataclass
+class Registration:
+    component: Component
+    target: VerlTarget
+    ok: bool
+    message: str = ""
+
+
+class Bridge:
+    """Tracks what it put into verl's registries so it can tell ours from stock entries,
+    take back what a later selection disables, and report per component to ``doctor``."""
+
+    def __init__(self) -> None:
+        self._lock = threading.RLock()
+        self.registered: dict[tuple[str, str], Any] = {}  # (kind, name) -> value we stored
+        self.results: dict[tuple[str, str], Registration] = {}
+        self._pending: list[ModuleType] = []
+
+    def on_module_imported(self, module: ModuleType) -> None:
+        """Import-hook callback: register every enabled component whose registry is in ``module``."""
+        try:
+            if host_mod.is_building():
+                # a plugin being loaded imported this verl module; finish once the host is ready
+                self._pending.append(module)
+                return
+            host = host_mod.get_host()
+            self._sync_module(module, host)
+            while self._pending:
+                self._sync_module(self._pending.pop(), host)
+        except Exception:  # never break the import of a verl module
+            logger.warning("longcat-plugins: registering components into %s failed", module.__name__, exc_info=True)
+
+    def sync(self, host: host_mod.Host | None = None) -> None:
+        """Bring every already-imported registry in line with ``host`` (after a re-selection)."""
+        import sys
+
+        host = host or host_mod.get_host()
+        for module_name in {t.module for t in TARGETS.values()}:
+            module = sys.modules.get(module_name)
+            if module is not None:
+                self._sync_module(module, host)
+
+    def _sync_module(self, module: ModuleType, host: host_mod.Host) -> None:
+        with self._lock:
+            for target in TARGETS.values():
+                if target.module != module.__name__:
+                    continue
+                registry = target.registry(module)
+                wanted = {c.name: c for c in host.components(kind=target.kind)}
+                for (kind, name), value in list(self.registered.items()):
+                    if kind == target.kind and name not in wanted:
+                        if registry.get(name) is value:
+                            del registry[name]
+                        del self.registered[(kind, name)]
+                        self.results.pop((kind, name), None)
+                for comp in wanted.values():
+                    self.results[(target.kind, comp.name)] = self._register(comp, target, registry)
+                for problem in host.problems:
+                    _warn_once(str(problem), problem.detail)
+
+    def _register(self, comp: Component, target: VerlTarget, registry: MutableMapping[str, Any]) -> Registration:
+        key = (target.kind, comp.name)
+        value = target.entry(comp)
+        existing = registry.get(comp.name)
+        if existing is not None and existing is not self.registered.get(key) and existing != value:
+            msg = (
+                f"{target.kind} {comp.name!r} from plugin {comp.plugin!r} ({comp.distribution}) clashes with "
+                f"verl's own {existing!r}; not registered. Rename the component."
+            )
+            _warn_once(msg)
+            return Registration(comp, target, False, msg)
+        if target.base is not None:
+            import importlib
+
+            base = getattr(importlib.import_module(target.base[0]), target.base[1])
+            if not (isinstance(comp.target, type) and issubclass(comp.target, base)):
+                msg = f"{target.kind} {comp.name!r} from plugin {comp.plugin!r}: {comp.target!r} is not a {base.__name__} subclass"
+                _warn_once(msg)
+                return Registration(comp, target, False, msg)
+        elif not callable(comp.target):
+            msg = f"{target.kind} {comp.name!r} from plugin {comp.plugin!r}: {comp.target!r} is not callable"
+            _warn_once(msg)
+            return Registration(comp, target, False, msg)
+        registry[comp.name] = value
+        self.registered[key] = value
+        return Registration(comp, target, True)
+
+    def stock_names(self, kind: str, module: ModuleType) -> list[str]:
+        """Names in verl's registry of ``kind`` that did not come from us."""
+        registry = TARGETS[kind].registry(module)
+        return sorted(n for n, v in registry.items() if self.registered.get((kind, n)) is not v)
+
+
+_warned: set[str] = set()
+
+
+def _warn_once(message: str, detail: str = "") -> None:
+    if message in _warned:
+        return
+    _warned.add(message)
+    logger.warning("longcat-plugins: %s%s", message, f"\n{detail}" if detail and "NoneType: None" not in detail else "")
+
+
+bridge = Bridge()
+
+
+def _install() -> None:
+    try:
+        for module_name in sorted({t.module for t in TARGETS.values()}):
+            when_imported(module_name, bridge.on_module_imported)
+        _check_verl_version()
+    except Exception:  # never make `import verl` fail
+        logger.warning("longcat-plugins: installing the verl bridge failed", exc_info=True)
+
+
+def _check_verl_version() -> None:
+    import importlib.metadata
+
+    from packaging.specifiers import SpecifierSet
+
+    try:
+        version = importlib.metadata.version("verl")
+    except importlib.metadata.PackageNotFoundError:
+        return
+    if version not in SpecifierSet(TESTED_VERL):
+        _warn_once(f"verl {version} is outside the range this release was tested with ({TESTED_VERL})")
+
+
+_install()
