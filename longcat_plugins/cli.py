@@ -15,7 +15,7 @@ from longcat_plugins.host import Host, set_host
 from longcat_plugins.selection import Selection
 
 console = Console(highlight=False)
-err_console = Console(stderr=True, highlight=False)
+err_console = Console(stderr=True, highlight=False, soft_wrap=True)
 
 
 @click.group(context_settings={"help_option_names": ["-h", "--help"]})
@@ -144,7 +144,9 @@ def run_doctor(host: Host, verbose: bool = False) -> int:
             detail = "registered" if ok else (result.message if result else "not registered")
         else:
             ok, detail = _check_unregistered(comp)
-        failures += 0 if ok else 1
+        if not ok:
+            failures += 1
+            err_console.print(f"[red]FAIL[/] {comp.ref} (plugin {comp.plugin!r}): {detail}")
         table.add_row(comp.ref, comp.plugin, comp.verl_entry, ("[green]OK[/] " if ok else "[red]FAIL[/] ") + detail)
     console.print(table if table.row_count else "[dim]no enabled components[/]")
     return failures

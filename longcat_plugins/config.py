@@ -180,14 +180,19 @@ def validate_section(section: Any, host: Any = None, where: str = SECTION) -> li
     if not isinstance(section, Mapping):
         return [ConfigProblem(where, f"expected a mapping, got {type(section).__name__}")]
     problems = check_mapping(section, LongcatSection, where)
-    if problems:
-        return problems
+    bad = {p.path for p in problems}
+
+    def well_typed(key: str) -> bool:  # names are checked wherever the schema let them through
+        return not any(path == f"{where}.{key}" or path.startswith(f"{where}.{key}[") for path in bad)
+
     # names are checked against everything installed, whatever this process has enabled
     discovery = host if host is not None else Host(Selection()).load()
     plugin_names = sorted(discovery.plugins)
     dist_names = sorted({i.distribution for i in discovery.plugins.values() if i.distribution})
     refs = sorted(c.ref for c, _ in discovery.all_components())
     for key in ("enable", "disable"):
+        if not well_typed(key):
+            continue
         for i, pattern in enumerate(section.get(key) or ()):
             if not _pattern_known(pattern, plugin_names, dist_names, refs):
                 kind = "component" if ":" in pattern else "plugin"
@@ -195,14 +200,20 @@ def validate_section(section: Any, host: Any = None, where: str = SECTION) -> li
                 problems.append(
                     ConfigProblem(f"{where}.{key}[{i}]", f"unknown {kind} {pattern!r}" + _close(pattern, choices))
                 )
+    if not isinstance(section.get("settings") or {}, Mapping):
+        return problems
     families = [f.value for f in Family]
     for fam, comps in (section.get("settings") or {}).items():
+        if not isinstance(comps, Mapping | None):
+            continue  # already reported by the schema check
         if fam not in families:
             problems.append(ConfigProblem(f"{where}.settings.{fam}", "unknown family" + _close(fam, families)))
             continue
         known = {c.name: c for c, _ in discovery.all_components() if c.family.value == fam}
         for name, raw in (comps or {}).items():
             path = f"{where}.settings.{fam}.{name}"
+            if not isinstance(raw, Mapping | None):
+                continue
             if name not in known:
                 problems.append(ConfigProblem(path, f"unknown {fam} component" + _close(name, list(known))))
                 continue
@@ -295,14 +306,18 @@ def host_for_section(section: Mapping[str, Any] | None) -> Any:
 def validate_config(cfg: Any, *, check_verl_names: bool = True) -> tuple[list[ConfigProblem], Any]:
     """All problems of a composed config (the ``longcat:`` section and the stock keys naming our
     components), and the host the config selects."""
+    from longcat_plugins.host import Host
+    from longcat_plugins.selection import Selection
+
     plain = to_plain(cfg) or {}
     section = plain.get(SECTION)
     problems = validate_section(section)
-    if problems:
-        return problems, None
-    host = host_for_section(section)
-    if (section or {}).get("strict", True):
-        problems += [ConfigProblem(f"{SECTION} (plugin {p.plugin})", p.message) for p in host.problems]
+    if problems:  # still check the stock keys, against what this environment enables
+        host = Host(Selection().with_env_overrides()).load()
+    else:
+        host = host_for_section(section)
+        if (section or {}).get("strict", True):
+            problems += [ConfigProblem(f"{SECTION} (plugin {p.plugin})", p.message) for p in host.problems]
     if check_verl_names:
         problems += validate_verl_selections(plain, host)
     return problems, host

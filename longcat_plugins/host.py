@@ -231,7 +231,7 @@ def _is_builtin(ep: importlib.metadata.EntryPoint) -> bool:
 def _check_components(returned: Any, family: Family, hook_name: str) -> list[Component]:
     if returned is None:
         return []
-    if isinstance(returned, Component) or not isinstance(returned, Sequence | set | frozenset | tuple):
+    if isinstance(returned, Component | str | bytes) or not isinstance(returned, Sequence | set | frozenset):
         raise TypeError(f"{hook_name} must return a list of components, got {type(returned).__name__}")
     allowed = COMPONENT_TYPES[family]
     out = []

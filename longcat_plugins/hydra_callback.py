@@ -8,12 +8,14 @@ its environment) apply the same selection when they import verl.
 
 from __future__ import annotations
 
+import copy
 import json
 import os
+import sys
 from typing import Any
 
 from hydra.experimental.callback import Callback
-from omegaconf import DictConfig
+from omegaconf import DictConfig, OmegaConf, open_dict, read_write
 
 from longcat_plugins.config import SECTION, ConfigError, to_plain, validate_config
 from longcat_plugins.host import set_host
@@ -22,14 +24,17 @@ from longcat_plugins.selection import ENV_CONFIG
 
 class LongcatCallback(Callback):
     def on_job_start(self, config: DictConfig, **kwargs: Any) -> None:
-        plain = to_plain(config) or {}
-        plain.pop("hydra", None)
+        task_cfg = copy.deepcopy(config)  # what Hydra hands the task: the config minus its hydra node
+        with read_write(task_cfg), open_dict(task_cfg):
+            task_cfg.pop("hydra", None)
+        plain = to_plain(task_cfg) or {}
         problems, host = validate_config(plain)
         if problems:
-            name = (
-                config.get("hydra", {}).get("job", {}).get("config_name", "config") if "hydra" in config else "config"
-            )
-            raise ConfigError(problems, source=f"config {name!r}")
+            # Hydra turns exceptions raised by callbacks into warnings and runs the job anyway;
+            # a config that names things wrongly must stop here, before Ray starts.
+            name = OmegaConf.select(config, "hydra.job.config_name", default="config")
+            print(f"longcat-plugins: {ConfigError(problems, source=f'config {name!r}')}", file=sys.stderr)
+            raise SystemExit(2)
         os.environ[ENV_CONFIG] = json.dumps(plain.get(SECTION) or {})
         set_host(host)
         from longcat_plugins.verl_bridge import bridge

@@ -1,0 +1,104 @@
+"""Shared fixtures: fake plugin distributions with real ``.dist-info`` entry points, the
+installed example plugin, and subprocess helpers (a fresh interpreter is the only honest
+way to test what happens on ``import verl``)."""
+
+from __future__ import annotations
+
+import importlib
+import importlib.metadata
+import os
+import subprocess
+import sys
+import textwrap
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+REPO = Path(__file__).resolve().parents[1]
+EXAMPLE = REPO / "examples" / "longcat-example-plugin"
+
+
+def make_dist(
+    root: Path, dist: str, modules: dict[str, str], entry_points: dict[str, str], version: str = "1.0"
+) -> Path:
+    """Write modules plus a ``<dist>-<version>.dist-info`` declaring ``longcat_plugins`` entry
+    points under ``root``; put ``root`` on a path and importlib.metadata finds it."""
+    root.mkdir(parents=True, exist_ok=True)
+    for name, source in modules.items():
+        (root / f"{name}.py").write_text(textwrap.dedent(source))
+    info = root / f"{dist.replace('-', '_')}-{version}.dist-info"
+    info.mkdir(exist_ok=True)
+    (info / "METADATA").write_text(f"Metadata-Version: 2.1\nName: {dist}\nVersion: {version}\n")
+    lines = "\n".join(f"{k} = {v}" for k, v in entry_points.items())
+    (info / "entry_points.txt").write_text(f"[longcat_plugins]\n{lines}\n")
+    return root
+
+
+LOSS_PLUGIN = """
+    from longcat_plugins import PolicyLoss, hookimpl
+
+    def {fn}(old_log_prob, log_prob, advantages, response_mask, loss_agg_mode="token-mean", config=None, rollout_is_weights=None):
+        '''A test loss.'''
+        return (-(advantages * (log_prob - old_log_prob).exp()) * response_mask).sum(), {{}}
+
+    @hookimpl
+    def register_algorithms():
+        return [PolicyLoss("{name}", {fn})]
+"""
+
+
+def loss_plugin(name: str, fn: str = "loss_fn") -> str:
+    return LOSS_PLUGIN.format(name=name, fn=fn)
+
+
+@pytest.fixture
+def fake_site(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[Path]:
+    """A directory on sys.path (and PYTHONPATH, for subprocesses) for fake distributions."""
+    site = tmp_path / "site"
+    site.mkdir()
+    monkeypatch.syspath_prepend(str(site))
+    monkeypatch.setenv("PYTHONPATH", os.pathsep.join([str(site), os.environ.get("PYTHONPATH", "")]).rstrip(os.pathsep))
+    before = set(sys.modules)
+    yield site
+    for name in set(sys.modules) - before:
+        mod = sys.modules.get(name)
+        if mod is not None and str(getattr(mod, "__file__", "") or "").startswith(str(site)):
+            del sys.modules[name]
+    importlib.invalidate_caches()
+
+
+@pytest.fixture(scope="session")
+def example_plugin_installed() -> Iterator[None]:
+    """pip-installs examples/longcat-example-plugin into this environment for the session
+    (uninstalled afterwards unless it was already there)."""
+    try:
+        importlib.metadata.distribution("longcat-example-plugin")
+        preinstalled = True
+    except importlib.metadata.PackageNotFoundError:
+        preinstalled = False
+    if not preinstalled:
+        subprocess.run(
+            [sys.executable, "-m", "pip", "install", "-q", "--no-deps", "--no-build-isolation", str(EXAMPLE)],
+            check=True,
+        )
+        importlib.invalidate_caches()
+    yield
+    if not preinstalled:
+        subprocess.run([sys.executable, "-m", "pip", "uninstall", "-q", "-y", "longcat-example-plugin"], check=True)
+        importlib.invalidate_caches()
+
+
+def run_python(code: str, env: dict[str, str] | None = None, timeout: int = 300) -> subprocess.CompletedProcess[str]:
+    """Run ``code`` in a fresh interpreter with this environment (plus ``env``)."""
+    full_env = {**os.environ, **(env or {})}
+    return subprocess.run(
+        [sys.executable, "-c", textwrap.dedent(code)], capture_output=True, text=True, env=full_env, timeout=timeout
+    )
+
+
+def run_cli(*args: str, env: dict[str, str] | None = None, timeout: int = 300) -> subprocess.CompletedProcess[str]:
+    full_env = {**os.environ, "COLUMNS": "200", **(env or {})}
+    return subprocess.run(
+        [sys.executable, "-m", "longcat_plugins", *args], capture_output=True, text=True, env=full_env, timeout=timeout
+    )
