@@ -221,6 +221,12 @@ def _install() -> None:
         _check_verl_version()
     except Exception:  # never make `import verl` fail
         logger.warning("longcat-plugins: installing the verl bridge failed", exc_info=True)
+    try:
+        from longcat_plugins import runtime
+
+        runtime.install()
+    except Exception:
+        logger.warning("longcat-plugins: installing the embedded CPU runtime failed", exc_info=True)
 
 
 def _check_verl_version() -> None:

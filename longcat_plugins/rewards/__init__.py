@@ -7,4 +7,7 @@ from longcat_plugins.components import Component
 
 def components() -> list[Component]:
     """The rewards components this package ships; the family's modules are imported here, lazily."""
-    return []
+    from longcat_plugins.components import RewardFunction
+    from longcat_plugins.rewards import arithmetic
+
+    return [RewardFunction("arithmetic", arithmetic.compute_score)]

@@ -1,1 +1,41 @@
-"""Embedded CPU runtime: verl platform ``cpu`` and the ``hf`` rollout (see DESIGN.md)."""
+"""Embedded CPU runtime: verl platform ``cpu``, the ``hf`` rollout, and the fixes verl needs.
+
+:func:`install` is called by the verl bridge in every process that imports verl. The ``hf``
+rollout is always registered (it is a valid choice anywhere); the platform and the fixes
+take effect only where the CPU runtime is active (see :mod:`.platform`).
+"""
+
+from __future__ import annotations
+
+from types import ModuleType
+
+from longcat_plugins.import_hooks import when_imported
+
+HF_ROLLOUT = "hf"
+HF_ADAPTER = "longcat_plugins.runtime.hf_rollout.HFServerAdapter"
+
+
+def _register_replica(module: ModuleType) -> None:
+    def load() -> type:
+        from longcat_plugins.runtime.hf_rollout import HFReplica
+
+        return HFReplica
+
+    if HF_ROLLOUT not in module.RolloutReplicaRegistry._registry:
+        module.RolloutReplicaRegistry.register(HF_ROLLOUT, load)
+
+
+def _register_adapter(module: ModuleType) -> None:
+    module._ROLLOUT_REGISTRY.setdefault((HF_ROLLOUT, "async"), HF_ADAPTER)
+
+
+def install() -> None:
+    from longcat_plugins.runtime.fixes import FIXES
+    from longcat_plugins.runtime.platform import register_platform
+
+    register_platform()
+    when_imported("verl.workers.rollout.replica", _register_replica)
+    when_imported("verl.workers.rollout.base", _register_adapter)
+    for module_name, fixes in FIXES.items():
+        for fix in fixes:
+            when_imported(module_name, fix)

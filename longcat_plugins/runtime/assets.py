@@ -1,0 +1,182 @@
+"""Tiny, locally built assets for the CPU runtime: nothing is downloaded.
+
+- a byte-level BPE tokenizer trained with ``tokenizers`` on the task's own strings, with a
+  chat template (``"\\n"`` is one token, so verl's agent loop never loses it);
+- a Llama-architecture model with random weights, saved as safetensors;
+- a verl-format parquet dataset of a verifiable task (integer arithmetic).
+
+Everything lands under one cache directory keyed by size and seed; building is idempotent.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import random
+import shutil
+import tempfile
+from dataclasses import asdict, dataclass
+from pathlib import Path
+
+DATA_SOURCE = "longcat/arithmetic"
+SPECIAL_TOKENS = ["<pad>", "<s>", "</s>", "<|user|>", "<|assistant|>", "<|system|>"]
+CHAT_TEMPLATE = (
+    "{% for message in messages %}<|{{ message['role'] }}|>{{ message['content'] }}</s>\n{% endfor %}"
+    "{% if add_generation_prompt %}<|assistant|>{% endif %}"
+)
+
+
+@dataclass(frozen=True)
+class ModelSize:
+    hidden_size: int
+    intermediate_size: int
+    num_hidden_layers: int
+    num_attention_heads: int
+
+    @property
+    def approx_params(self) -> int:
+        h, i, n = self.hidden_size, self.intermediate_size, self.num_hidden_layers
+        return n * (4 * h * h + 3 * h * i)
+
+
+SIZES: dict[str, ModelSize] = {
+    "tiny": ModelSize(64, 128, 2, 4),
+    "small": ModelSize(256, 688, 4, 4),
+    "base": ModelSize(512, 1376, 8, 8),
+}
+
+
+@dataclass(frozen=True)
+class Assets:
+    root: Path
+    model: Path
+    train: Path
+    val: Path
+
+    def exists(self) -> bool:
+        return (self.model / "config.json").exists() and self.train.exists() and self.val.exists()
+
+
+def default_cache_dir() -> Path:
+    base = os.environ.get("LONGCAT_CACHE") or os.path.join(
+        os.environ.get("XDG_CACHE_HOME", "~/.cache"), "longcat-plugins"
+    )
+    return Path(base).expanduser()
+
+
+def arithmetic_problem(rng: random.Random, max_operand: int) -> tuple[str, int]:
+    a, b = rng.randint(0, max_operand), rng.randint(0, max_operand)
+    op = rng.choice("+-")
+    return f"What is {a}{op}{b}? Answer with a number.", a + b if op == "+" else a - b
+
+
+def task_corpus(seed: int = 0, n: int = 2000, max_operand: int = 50) -> list[str]:
+    """The strings the tokenizer is trained on: prompts and answers as the model will see them."""
+    rng = random.Random(seed)
+    lines = []
+    for _ in range(n):
+        question, answer = arithmetic_problem(rng, max_operand)
+        lines.append(f"<|user|>{question}</s>\n<|assistant|>The answer is {answer}.</s>\n")
+    return lines
+
+
+def build_tokenizer(out_dir: Path, seed: int = 0, vocab_size: int = 320) -> None:
+    from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
+    from transformers import PreTrainedTokenizerFast
+
+    tok = Tokenizer(models.BPE())
+    tok.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
+    tok.decoder = decoders.ByteLevel()
+    trainer = trainers.BpeTrainer(
+        vocab_size=vocab_size,
+        special_tokens=SPECIAL_TOKENS,
+        initial_alphabet=pre_tokenizers.ByteLevel.alphabet(),
+        show_progress=False,
+    )
+    tok.train_from_iterator(task_corpus(seed), trainer=trainer)
+    fast = PreTrainedTokenizerFast(
+        tokenizer_object=tok,
+        bos_token="<s>",
+        eos_token="</s>",
+        pad_token="<pad>",
+        chat_template=CHAT_TEMPLATE,
+        model_max_length=1024,
+    )
+    fast.save_pretrained(out_dir)
+
+
+def build_model(out_dir: Path, size: str, seed: int = 0) -> None:
+    import torch
+    from transformers import AutoTokenizer, LlamaConfig, LlamaForCausalLM
+
+    spec = SIZES[size]
+    tokenizer = AutoTokenizer.from_pretrained(out_dir)
+    config = LlamaConfig(
+        vocab_size=len(tokenizer),
+        hidden_size=spec.hidden_size,
+        intermediate_size=spec.intermediate_size,
+        num_hidden_layers=spec.num_hidden_layers,
+        num_attention_heads=spec.num_attention_heads,
+        num_key_value_heads=spec.num_attention_heads,
+        max_position_embeddings=1024,
+        bos_token_id=tokenizer.bos_token_id,
+        eos_token_id=tokenizer.eos_token_id,
+        pad_token_id=tokenizer.pad_token_id,
+        tie_word_embeddings=False,
+        torch_dtype="float32",
+    )
+    torch.manual_seed(seed)
+    model = LlamaForCausalLM(config)
+    model.generation_config.pad_token_id = tokenizer.pad_token_id
+    model.save_pretrained(out_dir, safe_serialization=True)
+
+
+def build_dataset(path: Path, n: int, seed: int, split: str, max_operand: int = 50) -> None:
+    import pandas as pd
+
+    rng = random.Random(seed)
+    rows = []
+    for i in range(n):
+        question, answer = arithmetic_problem(rng, max_operand)
+        rows.append(
+            {
+                "data_source": DATA_SOURCE,
+                "prompt": [{"role": "user", "content": question}],
+                "ability": "math",
+                "reward_model": {"style": "rule", "ground_truth": str(answer)},
+                "extra_info": {"split": split, "index": i},
+            }
+        )
+    pd.DataFrame(rows).to_parquet(path)
+
+
+def ensure_assets(
+    cache_dir: Path | None = None, size: str = "tiny", seed: int = 0, n_train: int = 256, n_val: int = 32
+) -> Assets:
+    """Build (once) and return the model, tokenizer and dataset for ``size``.
+
+    Written into a temporary directory and renamed when complete, so an interrupted build
+    never leaves a half-written asset set behind.
+    """
+    if size not in SIZES:
+        raise ValueError(f"unknown model size {size!r}; choices: {', '.join(SIZES)}")
+    root = (cache_dir or default_cache_dir()) / f"arithmetic-{size}-seed{seed}"
+    assets = Assets(root, root / "model", root / "train.parquet", root / "val.parquet")
+    if assets.exists():
+        return assets
+    root.parent.mkdir(parents=True, exist_ok=True)
+    tmp = Path(tempfile.mkdtemp(prefix=f".{root.name}-", dir=root.parent))
+    try:
+        (tmp / "model").mkdir()
+        build_tokenizer(tmp / "model", seed)
+        build_model(tmp / "model", size, seed)
+        build_dataset(tmp / "train.parquet", n_train, seed, "train")
+        build_dataset(tmp / "val.parquet", n_val, seed + 1, "test")
+        (tmp / "assets.json").write_text(json.dumps({"size": size, "seed": seed, **asdict(SIZES[size])}, indent=2))
+        if root.exists():
+            shutil.rmtree(root)
+        tmp.rename(root)
+    finally:
+        if tmp.exists():
+            shutil.rmtree(tmp, ignore_errors=True)
+    return assets

@@ -1,0 +1,109 @@
+"""Narrow, guarded fixes that let verl 0.9.x train on the CPU platform.
+
+Each fix applies only when the CPU runtime is active in the process *and* verl's version is
+one the fix was written against; otherwise it leaves verl untouched and says why at DEBUG.
+They are installed as post-import hooks, so each lands right after its verl module executes
+and before any other module imports names from it.
+"""
+
+from __future__ import annotations
+
+import functools
+import logging
+from collections.abc import Callable
+from types import ModuleType
+from typing import Any
+
+from packaging.specifiers import SpecifierSet
+
+from longcat_plugins.runtime.platform import cpu_runtime_active
+
+logger = logging.getLogger(__name__)
+
+#: the verl releases these fixes were checked against
+FIXED_VERL = SpecifierSet(">=0.9.1,<0.10")
+
+#: fix name -> whether it has been applied in this process (for tests and ``doctor``)
+APPLIED: dict[str, bool] = {}
+
+
+def _verl_ok() -> bool:
+    import importlib.metadata
+
+    try:
+        return importlib.metadata.version("verl") in FIXED_VERL
+    except importlib.metadata.PackageNotFoundError:
+        return False
+
+
+def guarded(name: str) -> Callable[[Callable[[ModuleType], None]], Callable[[ModuleType], None]]:
+    """Run the fix only on the CPU runtime and a verl release it was written for."""
+
+    def decorate(fix: Callable[[ModuleType], None]) -> Callable[[ModuleType], None]:
+        @functools.wraps(fix)
+        def run(module: ModuleType) -> None:
+            if not cpu_runtime_active():
+                logger.debug("fix %s skipped: the CPU runtime is not active", name)
+                return
+            if not _verl_ok():
+                logger.warning("longcat-plugins: fix %s skipped: verl is outside %s", name, FIXED_VERL)
+                return
+            fix(module)
+            APPLIED[name] = True
+
+        return run
+
+    return decorate
+
+
+@guarded("process_group_backend")
+def fix_process_group_backend(module: ModuleType) -> None:
+    """verl builds ``"cpu:gloo,<device>:<backend>"``; with device ``cpu`` that names ``cpu``
+    twice and torch rejects it. On the CPU runtime the default becomes plain ``gloo``."""
+    original = module.initialize_global_process_group_ray
+    if getattr(original, "__longcat_fixed__", False):
+        return
+
+    @functools.wraps(original)
+    def initialize_global_process_group_ray(timeout_second: Any = None, backend: str | None = None) -> None:
+        return original(timeout_second=timeout_second, backend=backend or "gloo")
+
+    initialize_global_process_group_ray.__longcat_fixed__ = True  # type: ignore[attr-defined]
+    module.initialize_global_process_group_ray = initialize_global_process_group_ray
+
+
+@guarded("engine_registry_cpu")
+def fix_engine_registry(module: ModuleType) -> None:
+    """verl registers its FSDP engines for devices ``cuda``/``npu`` only; make the same
+    classes resolvable for ``cpu`` (FSDP2 with gloo runs there)."""
+    registry = module.EngineRegistry._engines
+    for backends in registry.values():
+        for by_device in backends.values():
+            if "cpu" not in by_device and "cuda" in by_device:
+                by_device["cpu"] = by_device["cuda"]
+
+
+@guarded("pin_memory")
+def fix_pin_memory(module: ModuleType) -> None:
+    """FSDP2 CPU offload pins host memory, which needs an accelerator; on the CPU it is a no-op."""
+    import torch
+
+    if getattr(torch.Tensor.pin_memory, "__longcat_fixed__", False):
+        return
+    original = torch.Tensor.pin_memory
+
+    def pin_memory(self: torch.Tensor, *args: Any, **kwargs: Any) -> torch.Tensor:
+        if not torch.cuda.is_available():
+            return self
+        return original(self, *args, **kwargs)
+
+    pin_memory.__longcat_fixed__ = True  # type: ignore[attr-defined]
+    torch.Tensor.pin_memory = pin_memory  # type: ignore[method-assign]
+
+
+#: verl module -> fixes to run right after it is imported
+FIXES: dict[str, list[Callable[[ModuleType], None]]] = {
+    "verl.utils.distributed": [fix_process_group_backend],
+    "verl.workers.engine": [fix_engine_registry],
+    "verl.workers.engine.fsdp": [fix_pin_memory],
+}

@@ -1,0 +1,354 @@
+"""The ``hf`` rollout: verl's server-mode rollout contract served by transformers on the CPU.
+
+verl 0.9 generates through *replicas* (``RolloutReplicaRegistry``): each replica launches a
+server actor that the agent loops call token-in/token-out (``generate``), and the training
+worker holds a *server adapter* (``_ROLLOUT_REGISTRY[(name, "async")]``) that pushes new
+weights to that server after every step. ``HFServer`` is that server: requests arriving
+together are decoded as one left-padded batch with a KV cache, each with its own sampling
+parameters, so multi-turn agent loops and async trainers are not serialised on it.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import hashlib
+import logging
+import os
+import time
+from collections.abc import Generator, Iterable
+from dataclasses import dataclass, field
+from typing import Any
+
+import ray
+import torch
+
+from verl.workers.rollout.base import BaseRollout
+from verl.workers.rollout.replica import RolloutReplica, TokenOutput
+
+logger = logging.getLogger(__name__)
+
+SERVER_PREFIX = "hf_server"
+#: how long the batcher waits for requests that arrive together before decoding
+BATCH_WINDOW_S = 0.005
+
+
+def server_name(replica_rank: int, node_rank: int = 0, suffix: str = "") -> str:
+    return f"{SERVER_PREFIX}_{replica_rank}_{node_rank}{suffix}"
+
+
+@dataclass
+class _Request:
+    prompt_ids: list[int]
+    max_tokens: int
+    temperature: float
+    top_k: int
+    top_p: float
+    want_logprobs: bool
+    future: asyncio.Future = field(repr=False)
+
+
+def _cfg(obj: Any, key: str, default: Any = None) -> Any:
+    if obj is None:
+        return default
+    if isinstance(obj, dict):
+        return obj.get(key, default)
+    return getattr(obj, key, default)
+
+
+class HFServer:
+    """A transformers model behind verl's rollout-server interface (one Ray actor)."""
+
+    def __init__(self, config: Any, model_config: Any, replica_rank: int = 0, max_batch_size: int = 64) -> None:
+        from transformers import AutoModelForCausalLM
+
+        self.config = config
+        self.replica_rank = replica_rank
+        path = _cfg(model_config, "local_path") or _cfg(model_config, "path")
+        if not path or not os.path.exists(path):
+            raise FileNotFoundError(f"hf rollout: model path {path!r} (actor_rollout_ref.model.path) does not exist")
+        self.model = AutoModelForCausalLM.from_pretrained(path, dtype=torch.float32, attn_implementation="sdpa")
+        self.model.eval()
+        gen = self.model.generation_config
+        eos = gen.eos_token_id if gen.eos_token_id is not None else self.model.config.eos_token_id
+        self.eos_ids = set(eos if isinstance(eos, list) else [eos]) - {None}
+        pad = gen.pad_token_id if gen.pad_token_id is not None else self.model.config.pad_token_id
+        self.pad_id = int(pad if pad is not None else 0)
+        self.prompt_length = int(_cfg(config, "prompt_length", 512))
+        self.response_length = int(_cfg(config, "response_length", 512))
+        self.max_model_len = int(_cfg(config, "max_model_len", None) or self.prompt_length + self.response_length)
+        self.max_batch_size = max_batch_size
+        self.generator = torch.Generator().manual_seed(int(_cfg(config, "seed", 0) or 0) + 1000 * replica_rank)
+        self.global_steps: int | None = None
+        self.weights_version = 0
+        self._queue: list[_Request] = []
+        self._wake: asyncio.Event | None = None
+        self._lock: asyncio.Lock | None = None
+        self._loop_task: asyncio.Task | None = None
+        self.stats = {"requests": 0, "batches": 0, "generated_tokens": 0, "max_batch": 0}
+
+    # -- generation ------------------------------------------------------------------------
+
+    async def generate(
+        self, prompt_ids: list[int], sampling_params: dict[str, Any], request_id: str, **kwargs: Any
+    ) -> TokenOutput:
+        """Token-in/token-out generation (verl's ``LLMServerClient`` calls this)."""
+        self._ensure_loop()
+        prompt_ids = [int(t) for t in prompt_ids]
+        room = self.max_model_len - len(prompt_ids)
+        if room < 1:
+            raise ValueError(
+                f"prompt of {len(prompt_ids)} tokens leaves no room within max_model_len {self.max_model_len}"
+            )
+        params = dict(sampling_params)
+        max_tokens = params.get("max_tokens", params.get("max_new_tokens"))
+        if max_tokens is None:
+            max_tokens = min(self.response_length, self.prompt_length + self.response_length - len(prompt_ids))
+        request = _Request(
+            prompt_ids=prompt_ids,
+            max_tokens=max(1, min(int(max_tokens), room)),
+            temperature=float(params.get("temperature", 1.0) or 0.0),
+            top_k=int(params.get("top_k", -1) if params.get("top_k") is not None else -1),
+            top_p=float(params.get("top_p", 1.0) if params.get("top_p") is not None else 1.0),
+            want_logprobs=bool(params.get("logprobs", False)),
+            future=asyncio.get_running_loop().create_future(),
+        )
+        self._queue.append(request)
+        assert self._wake is not None
+        self._wake.set()
+        return await request.future
+
+    def _ensure_loop(self) -> None:
+        if self._loop_task is None:
+            self._wake = asyncio.Event()
+            self._lock = asyncio.Lock()
+            self._loop_task = asyncio.get_running_loop().create_task(self._batch_loop())
+
+    async def _batch_loop(self) -> None:
+        assert self._wake is not None and self._lock is not None
+        while True:
+            await self._wake.wait()
+            self._wake.clear()
+            await asyncio.sleep(BATCH_WINDOW_S)
+            while self._queue:
+                batch, self._queue = self._queue[: self.max_batch_size], self._queue[self.max_batch_size :]
+                async with self._lock:
+                    try:
+                        outputs = await asyncio.to_thread(self._generate_batch, batch)
+                    except Exception as exc:  # noqa: BLE001 - hand the failure to every waiting caller
+                        for req in batch:
+                            if not req.future.done():
+                                req.future.set_exception(exc)
+                        continue
+                for req, out in zip(batch, outputs, strict=True):
+                    if not req.future.done():
+                        req.future.set_result(out)
+
+    @torch.no_grad()
+    def _generate_batch(self, batch: list[_Request]) -> list[TokenOutput]:
+        size = len(batch)
+        longest = max(len(r.prompt_ids) for r in batch)
+        input_ids = torch.full((size, longest), self.pad_id, dtype=torch.long)
+        attention = torch.zeros((size, longest), dtype=torch.long)
+        for i, req in enumerate(batch):  # left padding: every row's next token is at the end
+            input_ids[i, longest - len(req.prompt_ids) :] = torch.tensor(req.prompt_ids)
+            attention[i, longest - len(req.prompt_ids) :] = 1
+        positions = (attention.cumsum(-1) - 1).clamp(min=0)
+        temperature = torch.tensor([r.temperature for r in batch], dtype=torch.float32)
+        greedy = temperature <= 0
+        temperature = torch.where(greedy, torch.ones_like(temperature), temperature)
+        top_k = [r.top_k for r in batch]
+        top_p = torch.tensor([r.top_p for r in batch], dtype=torch.float32)
+        limits = [r.max_tokens for r in batch]
+
+        out = self.model(input_ids=input_ids, attention_mask=attention, position_ids=positions, use_cache=True)
+        past, logits = out.past_key_values, out.logits[:, -1, :].float()
+        tokens: list[list[int]] = [[] for _ in batch]
+        logprobs: list[list[float]] = [[] for _ in batch]
+        done = [False] * size
+        for _ in range(max(limits)):
+            scaled = logits / temperature[:, None]
+            log_dist = torch.log_softmax(scaled, dim=-1)  # "processed" log-probs: after temperature
+            sampled = self._sample(scaled, greedy, top_k, top_p)
+            chosen_lp = log_dist.gather(-1, sampled[:, None]).squeeze(-1)
+            for i in range(size):
+                if done[i]:
+                    continue
+                token = int(sampled[i])
+                tokens[i].append(token)
+                logprobs[i].append(float(chosen_lp[i]))
+                if token in self.eos_ids or len(tokens[i]) >= limits[i]:
+                    done[i] = True
+            if all(done):
+                break
+            step_ids = torch.where(torch.tensor(done), torch.full_like(sampled, self.pad_id), sampled)
+            attention = torch.cat([attention, torch.ones((size, 1), dtype=torch.long)], dim=-1)
+            positions = positions[:, -1:] + 1
+            out = self.model(
+                input_ids=step_ids[:, None],
+                attention_mask=attention,
+                position_ids=positions,
+                past_key_values=past,
+                use_cache=True,
+            )
+            past, logits = out.past_key_values, out.logits[:, -1, :].float()
+        self.stats["requests"] += size
+        self.stats["batches"] += 1
+        self.stats["max_batch"] = max(self.stats["max_batch"], size)
+        self.stats["generated_tokens"] += sum(len(t) for t in tokens)
+        extra = {"global_steps": self.global_steps}
+        return [
+            TokenOutput(
+                token_ids=tokens[i],
+                log_probs=logprobs[i] if batch[i].want_logprobs else None,
+                stop_reason="completed",
+                extra_fields=dict(extra),
+            )
+            for i in range(size)
+        ]
+
+    def _sample(
+        self, scaled: torch.Tensor, greedy: torch.Tensor, top_k: list[int], top_p: torch.Tensor
+    ) -> torch.Tensor:
+        filtered = scaled.clone()
+        vocab = filtered.shape[-1]
+        for i, k in enumerate(top_k):
+            if 0 < k < vocab:
+                kth = torch.topk(filtered[i], k).values[-1]
+                filtered[i][filtered[i] < kth] = float("-inf")
+        if bool((top_p < 1.0).any()):
+            sorted_logits, order = torch.sort(filtered, descending=True, dim=-1)
+            cumulative = torch.softmax(sorted_logits, dim=-1).cumsum(-1)
+            drop = (cumulative - torch.softmax(sorted_logits, dim=-1)) > top_p[:, None]
+            sorted_logits[drop] = float("-inf")
+            filtered = torch.full_like(filtered, float("-inf")).scatter(-1, order, sorted_logits)
+        sampled = torch.multinomial(torch.softmax(filtered, dim=-1), 1, generator=self.generator).squeeze(-1)
+        return torch.where(greedy, scaled.argmax(-1), sampled)
+
+    # -- weights and control ------------------------------------------------------------------
+
+    async def update_weights(self, named_tensors: dict[str, torch.Tensor], global_steps: int | None = None) -> str:
+        """Load a (full) state dict from the trainer; returns a digest of the new weights."""
+        self._ensure_loop()
+        assert self._lock is not None
+        async with self._lock:  # never swap weights under a running batch
+            missing, unexpected = self.model.load_state_dict(named_tensors, strict=False)
+            if unexpected:
+                raise KeyError(f"hf rollout: weights not in the model: {sorted(unexpected)[:5]}")
+            self.weights_version += 1
+            if global_steps is not None:
+                self.global_steps = global_steps
+        return self.weights_digest()
+
+    def weights_digest(self) -> str:
+        digest = hashlib.sha1()
+        for name, tensor in sorted(self.model.state_dict().items()):
+            digest.update(name.encode())
+            digest.update(tensor.detach().to(torch.float32).contiguous().numpy().tobytes())
+        return digest.hexdigest()
+
+    def get_stats(self) -> dict[str, Any]:
+        return {**self.stats, "weights_version": self.weights_version, "global_steps": self.global_steps}
+
+    async def set_global_steps(self, global_steps: int) -> None:
+        self.global_steps = global_steps
+
+    async def abort_all_requests(self, reject_request: bool = False) -> dict[str, Any]:
+        aborted, self._queue = self._queue, []
+        for req in aborted:
+            if not req.future.done():
+                req.future.set_result(TokenOutput(token_ids=[], log_probs=[], stop_reason="aborted"))
+        return {"aborted": len(aborted)}
+
+    async def resume_generation(self) -> None:
+        return None
+
+    async def wake_up(self, tags: Iterable[str] | None = None) -> None:
+        return None
+
+    async def sleep(self) -> None:
+        return None
+
+    async def clear_kv_cache(self) -> None:
+        return None  # the KV cache lives only for the duration of a batch
+
+    async def release_kv_cache(self) -> None:
+        return None
+
+    async def resume_kv_cache(self) -> None:
+        return None
+
+    async def start_profile(self, **kwargs: Any) -> None:
+        return None
+
+    async def stop_profile(self) -> None:
+        return None
+
+
+class HFReplica(RolloutReplica):
+    """One ``HFServer`` actor per replica, placed on the node of the replica's workers."""
+
+    async def launch_servers(self) -> None:
+        name = server_name(self.replica_rank, 0, self.name_suffix)
+        options: dict[str, Any] = {"name": name, "max_concurrency": self.max_concurrency, "num_cpus": 0}
+        if self.workers:
+            node_id = await self.workers[0].__ray_call__.remote(lambda self: ray.get_runtime_context().get_node_id())
+            options["scheduling_strategy"] = ray.util.scheduling_strategies.NodeAffinitySchedulingStrategy(
+                node_id=node_id, soft=False
+            )
+        server = (
+            ray.remote(HFServer)
+            .options(**options)
+            .remote(config=self.config, model_config=self.model_config, replica_rank=self.replica_rank)
+        )
+        self.servers = [server]
+        self._server_handle = server
+        self._server_address = f"hf-replica-{self.replica_rank}{self.name_suffix}"
+
+    def rollout_worker_use_gpu(self) -> bool:
+        return False
+
+
+class HFServerAdapter(BaseRollout):
+    """Lives in the training worker; pushes each step's weights to its replica's server."""
+
+    def __init__(self, config: Any, model_config: Any, device_mesh: Any, replica_rank: int = -1) -> None:
+        super().__init__(config, model_config, device_mesh)
+        rank = int(os.environ.get("RANK", "0"))
+        world = (
+            self.config.tensor_model_parallel_size
+            * self.config.data_parallel_size
+            * self.config.pipeline_model_parallel_size
+        )
+        self.replica_rank = rank // world if replica_rank == -1 else replica_rank
+        self.is_leader = rank % world == 0
+        self.server_handle: Any = None
+        self.last_digest: str | None = None
+
+    def _server(self) -> Any:
+        if self.server_handle is None:
+            self.server_handle = ray.get_actor(server_name(self.replica_rank))
+        return self.server_handle
+
+    async def resume(self, tags: list[str]) -> None:
+        return None
+
+    async def release(self) -> None:
+        return None
+
+    @torch.no_grad()
+    async def update_weights(
+        self,
+        weights: Generator[tuple[str, torch.Tensor], None, None],
+        wire_format: str = "named_tensors",
+        global_steps: int | None = None,
+        **kwargs: Any,
+    ) -> None:
+        if wire_format != "named_tensors":
+            raise NotImplementedError(f"hf rollout supports wire_format='named_tensors' only, got {wire_format!r}")
+        start = time.time()
+        # every rank walks the generator (it may gather shards collectively); the leader sends
+        state = {name: tensor.detach().to("cpu", copy=True) for name, tensor in weights}
+        if not self.is_leader:
+            return
+        self.last_digest = await self._server().update_weights.remote(ray.put(state), global_steps)
+        logger.info("hf rollout: pushed %d tensors in %.2fs", len(state), time.time() - start)
