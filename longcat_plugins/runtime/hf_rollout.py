@@ -21,7 +21,6 @@ from typing import Any
 
 import ray
 import torch
-
 from verl.workers.rollout.base import BaseRollout
 from verl.workers.rollout.replica import RolloutReplica, TokenOutput
 
