@@ -171,7 +171,8 @@ def _check_unregistered(comp: Any) -> tuple[bool, str]:
 @main.command()
 @click.argument("config", type=click.Path(dir_okay=False))
 @click.argument("overrides", nargs=-1)
-def validate(config: str, overrides: tuple[str, ...]) -> None:
+@click.option("--cpu", is_flag=True, help="also check it can run on the embedded CPU runtime")
+def validate(config: str, overrides: tuple[str, ...], cpu: bool) -> None:
     """Compose CONFIG (a recipe YAML, with Hydra OVERRIDES) and check the longcat: section and
     every stock verl key that names a component. Exits 2 on problems."""
     from longcat_plugins.config import ConfigError, compose, validate_config
@@ -181,12 +182,119 @@ def validate(config: str, overrides: tuple[str, ...]) -> None:
     except Exception as exc:  # noqa: BLE001 - hydra's errors already say what is wrong
         err_console.print(f"[red]cannot compose {config}:[/] {exc}")
         sys.exit(2)
-    problems, host = validate_config(cfg)
+    problems, host = validate_config(cfg, cpu_preflight=cpu)
     if problems:
         err_console.print(f"[red]{ConfigError(problems, source=config)}[/]")
         sys.exit(2)
     enabled = ", ".join(c.ref for c in host.components()) or "none"
     console.print(f"[green]{config}: OK[/] (enabled components: {enabled})")
+
+
+@main.command()
+@click.option("--size", type=click.Choice(["tiny", "small", "base"]), default="tiny", show_default=True)
+@click.option("--seed", type=int, default=0, show_default=True)
+@click.option(
+    "--cache-dir", type=click.Path(file_okay=False), help="default: $LONGCAT_CACHE or ~/.cache/longcat-plugins"
+)
+def assets(size: str, seed: int, cache_dir: str | None) -> None:
+    """Build (once) the tiny local model, tokenizer and arithmetic dataset; print their paths."""
+    from pathlib import Path
+
+    from longcat_plugins.runtime.assets import ensure_assets
+
+    built = ensure_assets(Path(cache_dir) if cache_dir else None, size=size, seed=seed)
+    console.print(f"model:  {built.model}\ntrain:  {built.train}\nval:    {built.val}")
+
+
+@main.command(context_settings={"ignore_unknown_options": True})
+@click.option("--steps", type=int, default=5, show_default=True, help="GRPO steps to train")
+@click.option("--size", type=click.Choice(["tiny", "small", "base"]), default="tiny", show_default=True)
+@click.option("--trainer", "trainer_kind", type=click.Choice(["v1", "legacy"]), default="v1", show_default=True)
+@click.option("--out", type=click.Path(file_okay=False), help="run directory (default: ./outputs/demo-<time>)")
+@click.option("--cache-dir", type=click.Path(file_okay=False), help="where the tiny assets are built")
+@click.argument("overrides", nargs=-1, type=click.UNPROCESSED)
+def demo(
+    steps: int, size: str, trainer_kind: str, out: str | None, cache_dir: str | None, overrides: tuple[str, ...]
+) -> None:
+    """Train a tiny locally built model with verl's real trainer on this machine (CPU is fine):
+    GRPO on an arithmetic task with a partial-credit reward. Hydra OVERRIDES pass through."""
+    from pathlib import Path
+
+    from longcat_plugins.runtime.assets import ensure_assets
+
+    with console.status(f"building the {size} model, tokenizer and dataset (once)"):
+        built = ensure_assets(Path(cache_dir) if cache_dir else None, size=size)
+    demo_overrides = [
+        f"data.train_files={built.train}",
+        f"data.val_files={built.val}",
+        f"actor_rollout_ref.model.path={built.model}",
+        f"trainer.total_training_steps={steps}",
+        f"trainer.save_freq={steps}",
+        f"trainer.use_v1={'true' if trainer_kind == 'v1' else 'false'}",
+    ]
+    _train("cpu_demo", demo_overrides + list(overrides), out, steps)
+
+
+@main.command(context_settings={"ignore_unknown_options": True})
+@click.argument("config")
+@click.argument("overrides", nargs=-1, type=click.UNPROCESSED)
+@click.option("--out", type=click.Path(file_okay=False), help="run directory (default: ./outputs/<config>-<time>)")
+def train(config: str, overrides: tuple[str, ...], out: str | None) -> None:
+    """Run verl's trainer on CONFIG (a recipe YAML or one of ours, e.g. cpu_demo) with Hydra
+    OVERRIDES, on this machine or a GPU box, with progress and a summary."""
+    _train(config, list(overrides), out, None)
+
+
+def _train(config: str, overrides: list[str], out: str | None, steps: int | None) -> None:
+    import time
+    from pathlib import Path
+
+    from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
+
+    from longcat_plugins.runtime.launch import STEP_LINE, resolve_config, run_training, summary_rows
+
+    try:
+        recipe = resolve_config(config)
+    except FileNotFoundError as exc:
+        err_console.print(f"[red]{exc}[/]")
+        sys.exit(2)
+    run_dir = Path(out or Path("outputs") / f"{recipe.stem}-{time.strftime('%Y%m%d-%H%M%S')}").resolve()
+    if steps is None:
+        steps = next(
+            (int(o.split("=", 1)[1]) for o in overrides if o.startswith("trainer.total_training_steps=")), None
+        )
+    tail: list[str] = []
+    with Progress(
+        TextColumn("{task.description}"),
+        BarColumn(),
+        TextColumn("{task.completed}/{task.total} steps"),
+        TimeElapsedColumn(),
+        console=console,
+    ) as progress:
+        task = progress.add_task(f"{recipe.stem}: starting Ray and workers", total=steps)
+
+        def on_line(line: str) -> None:
+            tail.append(line)
+            del tail[:-40]
+            match = STEP_LINE.search(line)
+            if match:
+                progress.update(task, completed=int(match.group(1)), description=f"{recipe.stem}: training")
+
+        result = run_training(recipe, overrides, run_dir, on_line=on_line)
+    if result.returncode != 0:
+        err_console.print("".join(tail), markup=False)
+        err_console.print(f"[red]training failed (exit {result.returncode}); full log: {result.log}[/]")
+        sys.exit(result.returncode)
+    table = Table(title=f"{recipe.stem}: per-step metrics", title_justify="left")
+    rows = summary_rows(result.steps)
+    columns = ("step", "reward", "pg_loss", "grad_norm", "response_len", "step_s")
+    for col in columns:
+        table.add_column(col, justify="right")
+    for row in rows:
+        table.add_row(*(f"{row[c]:.4g}" if isinstance(row[c], float) else str(row[c]) for c in columns))
+    console.print(table)
+    console.print(f"run dir:     {result.run_dir}\nlog:         {result.log}\nmetrics:     {result.metrics}")
+    console.print(f"checkpoints: {result.checkpoints}")
 
 
 if __name__ == "__main__":  # pragma: no cover

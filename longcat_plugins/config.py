@@ -303,9 +303,12 @@ def host_for_section(section: Mapping[str, Any] | None) -> Any:
     return Host(selection).load()
 
 
-def validate_config(cfg: Any, *, check_verl_names: bool = True) -> tuple[list[ConfigProblem], Any]:
-    """All problems of a composed config (the ``longcat:`` section and the stock keys naming our
-    components), and the host the config selects."""
+def validate_config(
+    cfg: Any, *, check_verl_names: bool = True, cpu_preflight: bool = False
+) -> tuple[list[ConfigProblem], Any]:
+    """All problems of a composed config (the ``longcat:`` section, the stock keys naming our
+    components, and with ``cpu_preflight`` what cannot run on the CPU runtime), and the host
+    the config selects."""
     from longcat_plugins.host import Host
     from longcat_plugins.selection import Selection
 
@@ -320,6 +323,10 @@ def validate_config(cfg: Any, *, check_verl_names: bool = True) -> tuple[list[Co
             problems += [ConfigProblem(f"{SECTION} (plugin {p.plugin})", p.message) for p in host.problems]
     if check_verl_names:
         problems += validate_verl_selections(plain, host)
+    if cpu_preflight:
+        from longcat_plugins.runtime.preflight import check_cpu_config
+
+        problems += check_cpu_config(plain)
     return problems, host
 
 

@@ -28,7 +28,9 @@ class LongcatCallback(Callback):
         with read_write(task_cfg), open_dict(task_cfg):
             task_cfg.pop("hydra", None)
         plain = to_plain(task_cfg) or {}
-        problems, host = validate_config(plain)
+        from longcat_plugins.runtime.platform import cpu_runtime_active
+
+        problems, host = validate_config(plain, cpu_preflight=cpu_runtime_active())
         if problems:
             # Hydra turns exceptions raised by callbacks into warnings and runs the job anyway;
             # a config that names things wrongly must stop here, before Ray starts.

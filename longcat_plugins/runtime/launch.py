@@ -1,0 +1,128 @@
+"""Run ``verl.trainer.main_ppo`` on a recipe as a child process, with progress and a summary.
+
+The child is stock verl: the launcher only adds defaults for where things go (Hydra's run dir,
+checkpoints, a JSONL metrics file through verl's own ``file`` logger) unless the caller set
+them, streams the output into ``train.log``, follows ``step:N`` lines for the progress bar,
+and reads the metrics file back for the summary.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import subprocess
+import sys
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+STEP_LINE = re.compile(r"\bstep:(\d+) - ")
+SUMMARY_KEYS = {
+    "reward": "critic/score/mean",
+    "pg_loss": "actor/pg_loss",
+    "grad_norm": "actor/grad_norm",
+    "response_len": "response_length/mean",
+    "step_s": "timing_s/step",
+}
+
+
+def configs_dir() -> Path:
+    """The recipes: packaged with the wheel, or the repository's ``configs/`` in a checkout."""
+    packaged = Path(__file__).resolve().parents[1] / "_configs"
+    return packaged if packaged.is_dir() else Path(__file__).resolve().parents[2] / "configs"
+
+
+def resolve_config(name: str | Path) -> Path:
+    """A path to a recipe YAML, or the name of one of ours (``cpu_demo``)."""
+    path = Path(name)
+    if path.suffix in (".yaml", ".yml") and path.is_file():
+        return path.resolve()
+    candidate = configs_dir() / f"{path.stem}.yaml"
+    if candidate.is_file():
+        return candidate
+    ours = sorted(p.stem for p in configs_dir().glob("*.yaml"))
+    raise FileNotFoundError(f"config {str(name)!r} not found (a YAML path, or one of: {', '.join(ours)})")
+
+
+def has_override(overrides: Sequence[str], key: str) -> bool:
+    return any(o.lstrip("+~").split("=", 1)[0] == key for o in overrides)
+
+
+@dataclass
+class RunResult:
+    returncode: int
+    run_dir: Path
+    log: Path
+    metrics: Path
+    checkpoints: Path
+    steps: list[dict[str, Any]] = field(default_factory=list)
+
+    @property
+    def last_step(self) -> int:
+        return max((s["step"] for s in self.steps), default=0)
+
+
+def build_command(config: Path, overrides: Sequence[str], run_dir: Path) -> list[str]:
+    defaults = {
+        "hydra.run.dir": str(run_dir / "hydra"),
+        "trainer.default_local_dir": str(run_dir / "checkpoints"),
+        "trainer.logger": "[console,file]",
+    }
+    extra = [f"{k}={v}" for k, v in defaults.items() if not has_override(overrides, k)]
+    return [
+        sys.executable,
+        "-m",
+        "verl.trainer.main_ppo",
+        f"--config-path={config.parent}",
+        f"--config-name={config.stem}",
+        *extra,
+        *overrides,
+    ]
+
+
+def read_metrics(path: Path) -> list[dict[str, Any]]:
+    """verl's file logger writes one ``{"step": N, "data": {...}}`` line per step."""
+    if not path.exists():
+        return []
+    steps = []
+    for line in path.read_text().splitlines():
+        if line.strip():
+            record = json.loads(line)
+            steps.append({"step": record["step"], **record["data"]})
+    return steps
+
+
+def run_training(
+    config: Path,
+    overrides: Sequence[str],
+    run_dir: Path,
+    on_line: Callable[[str], None] | None = None,
+    env: dict[str, str] | None = None,
+) -> RunResult:
+    """Run one training job to completion; ``on_line`` sees every output line."""
+    run_dir.mkdir(parents=True, exist_ok=True)
+    log, metrics = run_dir / "train.log", run_dir / "metrics.jsonl"
+    checkpoints = Path(
+        next((o.split("=", 1)[1] for o in overrides if has_override([o], "trainer.default_local_dir")), "")
+        or run_dir / "checkpoints"
+    )
+    child_env = {**os.environ, "VERL_FILE_LOGGER_PATH": str(metrics), "PYTHONUNBUFFERED": "1", **(env or {})}
+    command = build_command(config, overrides, run_dir)
+    with open(log, "w") as sink:
+        sink.write("$ " + " ".join(command) + "\n")
+        proc = subprocess.Popen(
+            command, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, env=child_env, cwd=run_dir
+        )
+        assert proc.stdout is not None
+        for line in proc.stdout:
+            sink.write(line)
+            if on_line is not None:
+                on_line(line)
+        returncode = proc.wait()
+    return RunResult(returncode, run_dir, log, metrics, checkpoints, read_metrics(metrics))
+
+
+def summary_rows(steps: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    return [{"step": s["step"], **{k: s.get(v) for k, v in SUMMARY_KEYS.items()}} for s in steps]

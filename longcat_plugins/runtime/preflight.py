@@ -1,0 +1,114 @@
+"""Checks of a composed config against the CPU runtime, run in the driver before Ray starts.
+
+Each problem names the config key and what to use instead, so a GPU-only option on a CPU box
+fails in a second with a clear message rather than minutes later deep inside a Ray worker.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Any
+
+from longcat_plugins.config import ConfigProblem, _select
+
+#: bytes per parameter the whole CPU run holds: fp32 weights, grads and two Adam moments in
+#: the actor, plus the reference model and the rollout server's copy
+BYTES_PER_PARAM = 4 * (4 + 1 + 1)
+GPU_ROLLOUTS = {"vllm": "vllm", "sglang": "sglang", "trtllm": "tensorrt_llm"}
+
+
+def model_bytes(path: Path) -> int:
+    """Parameter bytes of a local HF checkpoint, from its safetensors/bin files."""
+    files = list(path.glob("*.safetensors")) or list(path.glob("*.bin"))
+    return sum(f.stat().st_size for f in files)
+
+
+def check_cpu_config(cfg: Mapping[str, Any], available_bytes: int | None = None) -> list[ConfigProblem]:
+    problems: list[ConfigProblem] = []
+
+    def bad(path: str, message: str) -> None:
+        problems.append(ConfigProblem(path, message))
+
+    rollout = _select(cfg, "actor_rollout_ref.rollout.name")
+    if rollout in GPU_ROLLOUTS:
+        installed = importlib.util.find_spec(GPU_ROLLOUTS[rollout]) is not None
+        why = "needs a GPU" if installed else f"needs {GPU_ROLLOUTS[rollout]}, which is not installed (and a GPU)"
+        bad(
+            "actor_rollout_ref.rollout.name",
+            f"{rollout!r} {why}; on the CPU runtime use actor_rollout_ref.rollout.name=hf",
+        )
+    for key in ("actor_rollout_ref.actor.strategy", "actor_rollout_ref.ref.strategy", "critic.strategy"):
+        if key.startswith("critic") and not _select(cfg, "critic.enable"):
+            continue
+        if _select(cfg, key) == "fsdp":
+            bad(key, "FSDP1 refuses CPU parameters; use fsdp2")
+        elif _select(cfg, key) == "megatron":
+            bad(key, "megatron needs CUDA; use fsdp2")
+    attn = _select(cfg, "actor_rollout_ref.model.override_config.attn_implementation")
+    if isinstance(attn, str) and "flash" in attn:
+        bad("actor_rollout_ref.model.override_config.attn_implementation", f"{attn!r} needs CUDA; use sdpa or eager")
+    if _select(cfg, "actor_rollout_ref.model.use_remove_padding"):
+        bad(
+            "actor_rollout_ref.model.use_remove_padding",
+            "padding removal needs flash-attention kernels; set it to false",
+        )
+    for key in ("actor_rollout_ref.actor.use_torch_compile", "actor_rollout_ref.ref.use_torch_compile"):
+        if _select(cfg, key):
+            bad(key, "torch.compile is not supported on the CPU runtime; set it to false")
+    device = _select(cfg, "trainer.device")
+    if device not in (None, "cpu"):
+        bad("trainer.device", f"{device!r} is not available on the CPU runtime; use trainer.device=cpu")
+    gpus = _select(cfg, "ray_kwargs.ray_init.num_gpus")
+    need = (_select(cfg, "trainer.n_gpus_per_node") or 1) * (_select(cfg, "trainer.nnodes") or 1)
+    if not gpus or gpus < need:
+        bad(
+            "ray_kwargs.ray_init.num_gpus",
+            f"verl counts logical GPUs for its resource pools; set it to at least {need} "
+            "(each is one CPU worker process)",
+        )
+
+    path = _select(cfg, "actor_rollout_ref.model.path")
+    if isinstance(path, str) and path and "???" not in path:
+        local = Path(path).expanduser()
+        if not local.exists():
+            bad(
+                "actor_rollout_ref.model.path",
+                f"{path!r} does not exist; nothing is downloaded on the CPU runtime. "
+                "Build a tiny model with `longcat-plugins assets` or give a local checkpoint",
+            )
+        elif not (local / "config.json").exists():
+            bad("actor_rollout_ref.model.path", f"{path!r} has no config.json; is it a Hugging Face checkpoint?")
+        else:
+            need_bytes = model_bytes(local) // 4 * BYTES_PER_PARAM
+            if available_bytes is None:
+                import psutil
+
+                available_bytes = psutil.virtual_memory().available
+            if need_bytes > available_bytes:
+                bad(
+                    "actor_rollout_ref.model.path",
+                    f"a CPU run of this model needs about {need_bytes / 2**30:.1f} GiB "
+                    f"(fp32 weights, grads, Adam, reference and rollout copies) but "
+                    f"{available_bytes / 2**30:.1f} GiB is free; use a smaller model (longcat-plugins assets --size tiny)",
+                )
+            _check_architecture(local, problems)
+    return problems
+
+
+def _check_architecture(path: Path, problems: list[ConfigProblem]) -> None:
+    try:
+        config = json.loads((path / "config.json").read_text())
+    except (OSError, json.JSONDecodeError) as exc:
+        problems.append(ConfigProblem("actor_rollout_ref.model.path", f"unreadable config.json: {exc}"))
+        return
+    attn = config.get("attn_implementation") or config.get("_attn_implementation")
+    if isinstance(attn, str) and "flash" in attn:
+        problems.append(
+            ConfigProblem(
+                "actor_rollout_ref.model.override_config.attn_implementation",
+                f"the checkpoint asks for {attn!r}, which needs CUDA; override it with sdpa",
+            )
+        )
