@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import asyncio
 import hashlib
+import json
 import logging
 import os
 import time
@@ -27,6 +28,8 @@ from verl.workers.rollout.replica import RolloutReplica, TokenOutput
 logger = logging.getLogger(__name__)
 
 SERVER_PREFIX = "hf_server"
+#: if set, each server appends one JSON line per weight update here (observability, tests)
+ENV_TRACE = "LONGCAT_HF_ROLLOUT_TRACE"
 #: how long the batcher waits for requests that arrive together before decoding
 BATCH_WINDOW_S = 0.005
 
@@ -117,7 +120,9 @@ class HFServer:
         return await request.future
 
     def _ensure_loop(self) -> None:
-        if self._loop_task is None:
+        """Start the batcher in the running event loop (a Ray actor has one; tests may use several)."""
+        loop = asyncio.get_running_loop()
+        if self._loop_task is None or self._loop_task.done() or self._loop_task.get_loop() is not loop:
             self._wake = asyncio.Event()
             self._lock = asyncio.Lock()
             self._loop_task = asyncio.get_running_loop().create_task(self._batch_loop())
@@ -236,7 +241,13 @@ class HFServer:
             self.weights_version += 1
             if global_steps is not None:
                 self.global_steps = global_steps
-        return self.weights_digest()
+        digest = self.weights_digest()
+        trace = os.environ.get(ENV_TRACE)
+        if trace:
+            record = {"replica": self.replica_rank, "version": self.weights_version, "global_steps": global_steps}
+            with open(trace, "a") as sink:
+                sink.write(json.dumps({**record, "digest": digest, "tensors": len(named_tensors)}) + "\n")
+        return digest
 
     def weights_digest(self) -> str:
         digest = hashlib.sha1()
