@@ -86,12 +86,14 @@ def bench_rollout(assets, concurrency: int, rounds: int, max_tokens: int) -> dic
 
     from longcat_plugins.runtime.hf_rollout import HFServer
 
-    server = HFServer({"prompt_length": 64, "response_length": max_tokens, "seed": 0}, {"local_path": str(assets.model)})
+    server = HFServer(
+        {"prompt_length": 64, "response_length": max_tokens, "seed": 0}, {"local_path": str(assets.model)}
+    )
     tok = AutoTokenizer.from_pretrained(assets.model)
     prompt = list(
-        tok.apply_chat_template([{"role": "user", "content": "What is 12+30?"}], add_generation_prompt=True, tokenize=True)[
-            "input_ids"
-        ]
+        tok.apply_chat_template(
+            [{"role": "user", "content": "What is 12+30?"}], add_generation_prompt=True, tokenize=True
+        )["input_ids"]
     )
     params = {"temperature": 1.0, "max_tokens": max_tokens, "logprobs": True}
     server.eos_ids = set()  # generate exactly max_tokens so both settings do the same work per request
@@ -122,10 +124,15 @@ def main() -> None:
     by_c = {c: max(r["tokens_per_s"] for r in rollout if r["concurrency"] == c) for c in (1, 8)}
     trainers = [bench_trainer(True, args.steps, assets, work), bench_trainer(False, args.steps, assets, work)]
     result = {
-        "machine": {"cpus": os.cpu_count(), "python": platform.python_version(), "ram_gib": psutil.virtual_memory().total / 2**30},
+        "machine": {
+            "cpus": os.cpu_count(),
+            "python": platform.python_version(),
+            "ram_gib": psutil.virtual_memory().total / 2**30,
+        },
         "model_size": args.size,
         "trainers": trainers,
-        "v1_over_legacy_step_time": trainers[0]["step_s_after_warmup_median"] / trainers[1]["step_s_after_warmup_median"],
+        "v1_over_legacy_step_time": trainers[0]["step_s_after_warmup_median"]
+        / trainers[1]["step_s_after_warmup_median"],
         "rollout": rollout,
         "rollout_speedup_8_vs_1": by_c[8] / by_c[1],
     }
@@ -133,7 +140,9 @@ def main() -> None:
     out.parent.mkdir(parents=True, exist_ok=True)
     out.write_text(json.dumps(result, indent=2))
     print(json.dumps({k: v for k, v in result.items() if k != "rollout"}, indent=2))
-    print(f"rollout tokens/s: 1 concurrent {by_c[1]:.0f}, 8 concurrent {by_c[8]:.0f} ({result['rollout_speedup_8_vs_1']:.2f}x)")
+    print(
+        f"rollout tokens/s: 1 concurrent {by_c[1]:.0f}, 8 concurrent {by_c[8]:.0f} ({result['rollout_speedup_8_vs_1']:.2f}x)"
+    )
     print(f"wrote {out}")
 
 

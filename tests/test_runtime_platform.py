@@ -36,6 +36,7 @@ PROBE = """
     from verl.utils import distributed
     from verl.workers.engine.base import EngineRegistry
     import verl.workers.engine
+    import verl.trainer.ppo.v1.replay_buffer as replay_buffer
     from longcat_plugins.runtime.fixes import APPLIED
     p = get_platform()
     try:
@@ -49,6 +50,7 @@ PROBE = """
         "backend_fixed": getattr(distributed.initialize_global_process_group_ray, "__longcat_fixed__", False),
         "fsdp_devices": fsdp_devices,
         "applied": sorted(APPLIED),
+        "poll_fixed": getattr(replay_buffer.ReplayBuffer.__init__, "__longcat_fixed__", False),
         "tensor_on_device": on_device,
     }))
 """
@@ -64,7 +66,8 @@ def test_cpu_runtime_in_a_fresh_verl_process() -> None:
     out = probe({"LONGCAT_RUNTIME": "cpu"})
     assert (out["device"], out["resource"]) == ("cpu", "GPU")
     assert out["backend_fixed"] and "cpu" in out["fsdp_devices"]
-    assert {"process_group_backend", "engine_registry_cpu"} <= set(out["applied"])
+    assert {"process_group_backend", "engine_registry_cpu", "v1_poll_interval"} <= set(out["applied"])
+    assert out["poll_fixed"]
     assert out["tensor_on_device"] == "cpu"
 
 
@@ -72,3 +75,4 @@ def test_fixes_stay_out_when_the_runtime_is_off() -> None:
     out = probe({"LONGCAT_RUNTIME": "off", "VERL_PLATFORM": ""})
     assert out["device"] != "cpu"
     assert not out["backend_fixed"] and "cpu" not in out["fsdp_devices"] and out["applied"] == []
+    assert not out["poll_fixed"]

@@ -101,9 +101,37 @@ def fix_pin_memory(module: ModuleType) -> None:
     torch.Tensor.pin_memory = pin_memory  # type: ignore[method-assign]
 
 
+#: seconds between the v1 replay buffer's polls on the CPU runtime (verl hard-codes 2.0)
+ENV_POLL = "LONGCAT_V1_POLL_INTERVAL"
+CPU_POLL_INTERVAL = 0.05
+
+
+@guarded("v1_poll_interval")
+def fix_v1_poll_interval(module: ModuleType) -> None:
+    """The v1 trainer's replay buffer sleeps 2 s between polls for finished rollouts and its
+    config cannot change that; with a tiny model a step's work is ~0.3 s, so the CPU runtime
+    polls every 50 ms instead (``LONGCAT_V1_POLL_INTERVAL`` overrides). Only the default
+    changes: a caller passing ``poll_interval`` keeps its value."""
+    import os
+
+    cls = module.ReplayBuffer
+    original = cls.__init__
+    if getattr(original, "__longcat_fixed__", False):
+        return
+
+    @functools.wraps(original)
+    def __init__(self: Any, *args: Any, **kwargs: Any) -> None:
+        kwargs.setdefault("poll_interval", float(os.environ.get(ENV_POLL, CPU_POLL_INTERVAL)))
+        original(self, *args, **kwargs)
+
+    __init__.__longcat_fixed__ = True  # type: ignore[attr-defined]
+    cls.__init__ = __init__
+
+
 #: verl module -> fixes to run right after it is imported
 FIXES: dict[str, list[Callable[[ModuleType], None]]] = {
     "verl.utils.distributed": [fix_process_group_backend],
     "verl.workers.engine": [fix_engine_registry],
     "verl.workers.engine.fsdp": [fix_pin_memory],
+    "verl.trainer.ppo.v1.replay_buffer": [fix_v1_poll_interval],
 }
