@@ -149,6 +149,32 @@ def run_doctor(host: Host, verbose: bool = False) -> int:
             err_console.print(f"[red]FAIL[/] {comp.ref} (plugin {comp.plugin!r}): {detail}")
         table.add_row(comp.ref, comp.plugin, comp.verl_entry, ("[green]OK[/] " if ok else "[red]FAIL[/] ") + detail)
     console.print(table if table.row_count else "[dim]no enabled components[/]")
+    return failures + _check_runtime()
+
+
+def _check_runtime() -> int:
+    """The embedded CPU runtime's registrations in verl (platform, hf rollout)."""
+    from verl.plugin.platform import PlatformRegistry
+    from verl.workers.rollout import base, replica
+
+    from longcat_plugins.runtime import HF_ROLLOUT
+    from longcat_plugins.runtime.fixes import APPLIED
+    from longcat_plugins.runtime.platform import cpu_runtime_active
+
+    checks = {
+        "verl platform 'cpu' registered": PlatformRegistry.get("cpu") is not None,
+        "rollout replica 'hf' registered": HF_ROLLOUT in replica.RolloutReplicaRegistry._registry,
+        "rollout server adapter 'hf' registered": (HF_ROLLOUT, "async") in base._ROLLOUT_REGISTRY,
+    }
+    failures = 0
+    for what, ok in checks.items():
+        if ok:
+            console.print(f"[green]OK[/] {what}")
+        else:
+            failures += 1
+            err_console.print(f"[red]FAIL[/] {what}")
+    state = "active" if cpu_runtime_active() else "inactive (an accelerator is present, or LONGCAT_RUNTIME says so)"
+    console.print(f"CPU runtime: {state}; fixes applied so far in this process: {', '.join(sorted(APPLIED)) or 'none'}")
     return failures
 
 
