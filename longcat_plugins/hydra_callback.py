@@ -28,8 +28,11 @@ class LongcatCallback(Callback):
         with read_write(task_cfg), open_dict(task_cfg):
             task_cfg.pop("hydra", None)
         plain = to_plain(task_cfg) or {}
-        from longcat_plugins.runtime.platform import cpu_runtime_active
+        from longcat_plugins.runtime.platform import ENV_RUNTIME, cpu_runtime_active, cpu_runtime_requested
 
+        if OmegaConf.select(task_cfg, "trainer.device", default=None) == "cpu" and cpu_runtime_requested() is None:
+            # asked for by config: every Ray worker this driver starts inherits the choice
+            os.environ[ENV_RUNTIME] = "cpu"
         problems, host = validate_config(plain, cpu_preflight=cpu_runtime_active())
         if problems:
             # Hydra turns exceptions raised by callbacks into warnings and runs the job anyway;
