@@ -308,13 +308,17 @@ def test_longcat_gspo_with_truncated_is_matches_formula(shape, adv, mask) -> Non
 
 
 @pytest.mark.parametrize("with_is", [False, True])
-def test_longcat_gspo_is_stock_gspo_with_sequence_aggregation(with_is) -> None:
-    """Correction off (no weights, or C = ∞): exactly verl's ``gspo`` with seq-mean-token-mean."""
-    d = make_batch((9, 25), spread=2.0, seed=5)
+@pytest.mark.parametrize("dtype", [torch.float32, F64])
+def test_longcat_gspo_is_stock_gspo_with_sequence_aggregation(with_is, dtype) -> None:
+    """Correction off (no weights, or C = ∞): verl's ``gspo`` with seq-mean-token-mean, called as
+    verl's worker calls it (bool mask). Bit for bit in float32, the dtype verl trains in; in
+    float64 the preset's float mask makes agg_loss's ``+ 1e-8`` in the per-sequence denominator
+    visible (verl adds it to an int64 count, which rounds it away in float32): ~1e-8/|y_i| relative."""
+    d = {k: v.to(dtype) if v.is_floating_point() else v for k, v in make_batch((9, 25), spread=2.0, seed=5).items()}
     info = {"global_batch_size": 9, "dp_size": 1}
     ours = actor_config(LongcatGSPOConfig(is_cap=math.inf), clip_ratio=0.2, global_batch_info=info)
     stock = actor_config(PolicyLossConfig(loss_mode="gspo"), clip_ratio=0.2, global_batch_info=dict(info))
-    weights = verl_is_weights(d["old"], d["rollout"], d["mask"], threshold=2.0) if with_is else None
+    weights = verl_is_weights(d["old"], d["rollout"], d["mask"], threshold=2.0).to(dtype) if with_is else None
     gspo = get_policy_loss_fn("gspo")
     assert gspo is compute_policy_loss_gspo
     v1, g1 = value_and_grad(
@@ -324,7 +328,11 @@ def test_longcat_gspo_is_stock_gspo_with_sequence_aggregation(with_is) -> None:
     v2, g2 = value_and_grad(
         lambda lp: gspo(d["old"], lp, d["adv"], d["mask"], "seq-mean-token-mean", stock, weights)[0], d["log_prob"]
     )
-    assert torch.equal(v1, v2) and torch.equal(g1, g2)
+    if dtype == torch.float32:
+        assert torch.equal(v1, v2) and torch.equal(g1, g2)
+    else:
+        assert_rel(v1, v2, 1e-8)
+        assert_rel(g1, g2, 1e-8)
 
 
 def test_longcat_gspo_sequence_clip_metrics() -> None:

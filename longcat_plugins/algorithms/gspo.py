@@ -25,7 +25,8 @@ gradient as Eq. 1). What the preset pins, and stock ``gspo`` leaves to other key
 The clip range stays in verl's own keys ``actor.clip_ratio_low`` / ``clip_ratio_high``, which
 stock ``gspo`` reads (GSPO's paper uses 3e-4 / 4e-4; the recipe sets them). With
 ``is_cap: .inf`` (or no rollout correction) the preset equals stock ``gspo`` called with
-``loss_agg_mode="seq-mean-token-mean"``.
+``loss_agg_mode="seq-mean-token-mean"`` (bit for bit in float32; the float mask it hands
+``gspo`` shifts float64 results by ~1e-8/|y_i| through ``agg_loss``'s ``+ 1e-8``).
 """
 
 from __future__ import annotations
@@ -77,13 +78,15 @@ def compute_longcat_gspo_loss(
     if config is None:
         raise ValueError("longcat_gspo needs the actor config (verl passes it as `config`)")
     is_cap = _is_cap(config)
-    mask = response_mask.bool()
-    weights, n_truncated = cap_is_weights(rollout_is_weights, is_cap, mask)
+    weights, n_truncated = cap_is_weights(rollout_is_weights, is_cap)
+    # verl hands a bool mask; one conversion here, shared with the metrics below, spares every
+    # masked op inside gspo a bool->float promotion (same values, bit for bit, and faster)
+    mask = response_mask.to(log_prob.dtype)
     loss, metrics = compute_policy_loss_gspo(
         old_log_prob=old_log_prob,
         log_prob=log_prob,
         advantages=advantages,
-        response_mask=response_mask,
+        response_mask=mask,
         loss_agg_mode=GSPO_AGG_MODE,
         config=config,
         rollout_is_weights=weights,
@@ -92,12 +95,11 @@ def compute_longcat_gspo_loss(
     with torch.no_grad():
         clip_low = config.clip_ratio_low if config.clip_ratio_low is not None else config.clip_ratio
         clip_high = config.clip_ratio_high if config.clip_ratio_high is not None else config.clip_ratio
-        m = mask.to(log_prob.dtype)
-        lengths = m.sum(dim=-1)
+        lengths = mask.sum(dim=-1)
         present = lengths > 0
-        seq_log_ratio = torch.linalg.vecdot(log_prob.detach(), m) - torch.linalg.vecdot(old_log_prob, m)
+        seq_log_ratio = torch.linalg.vecdot(log_prob.detach(), mask) - torch.linalg.vecdot(old_log_prob, mask)
         seq_ratio = torch.exp(torch.clamp(seq_log_ratio / lengths.clamp(min=1), max=10.0))  # as verl
-        seq_adv = torch.linalg.vecdot(advantages, m)  # its sign is Â_i's
+        seq_adv = torch.linalg.vecdot(advantages, mask)  # its sign is Â_i's
         counts = torch.stack(
             [
                 (present & (seq_adv < 0) & (seq_ratio < 1 - clip_low)).sum(),

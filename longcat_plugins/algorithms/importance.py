@@ -27,15 +27,14 @@ def validate_is_cap(value: float, key: str) -> None:
         raise ValueError(f"{key} (the truncated-IS cap C) must be > 0, got {value!r}")
 
 
-def cap_is_weights(
-    weights: torch.Tensor | None, cap: float, mask: torch.Tensor
-) -> tuple[torch.Tensor | None, torch.Tensor | None]:
-    """``(min(weights, C), number of valid tokens at the cap)``; ``(None, None)`` without weights
-    (no rollout log-probs, or rollout correction off). When verl's threshold already is C the
-    weights are returned as they are (no copy)."""
+def cap_is_weights(weights: torch.Tensor | None, cap: float) -> tuple[torch.Tensor | None, torch.Tensor | None]:
+    """``(min(weights, C), number of tokens at the cap)``; ``(None, None)`` without weights (no
+    rollout log-probs, or rollout correction off). When verl's threshold already is C the weights
+    are returned as they are (no copy). verl zeroes the weights of padding tokens and C > 0, so
+    only valid tokens can be at the cap."""
     if weights is None:
         return None, None
     weights = weights.detach()
     if weights.numel() and weights.amax() > cap:
         weights = weights.clamp(max=cap)
-    return weights, torch.count_nonzero((weights >= cap) & mask)
+    return weights, torch.count_nonzero(weights >= cap)

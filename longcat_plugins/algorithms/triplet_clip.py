@@ -133,7 +133,7 @@ def compute_triplet_clip_loss(
     effective_ratio = torch.where(negative, ratio.clamp(lower, upper_neg), ratio.clamp(max=upper_pos))
     pg_losses = -advantages * effective_ratio
     mask = response_mask.bool()
-    weights, n_truncated = cap_is_weights(rollout_is_weights, knobs.is_cap, mask)
+    weights, n_truncated = cap_is_weights(rollout_is_weights, knobs.is_cap)
     if weights is not None:
         pg_losses = pg_losses * weights
     loss = agg_loss(
