@@ -110,7 +110,7 @@ def test_recipe_composes_with_verl_ppo_trainer_and_validates(example_plugin_inst
     assert cfg.trainer.total_epochs is not None and "longcat" in cfg
     problems, host = validate_config(cfg)
     assert problems == []
-    assert [c.ref for c in host.components()] == ["algorithm:truncated_reinforce"]
+    assert "algorithm:truncated_reinforce" in [c.ref for c in host.components()]
 
 
 def test_stock_keys_selecting_unknown_or_disabled_names(example_plugin_installed: None) -> None:

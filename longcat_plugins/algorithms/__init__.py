@@ -1,4 +1,9 @@
-"""The built-in algorithms family (see SPEC.md); exposed as plugin ``longcat.algorithms`` by :mod:`longcat_plugins.builtins`."""
+"""The built-in algorithms family (see SPEC.md); exposed as plugin ``longcat.algorithms`` by :mod:`longcat_plugins.builtins`.
+
+* ``triplet_clip`` (policy loss, A2+A3): :mod:`.triplet_clip`
+* ``longcat_gspo`` (policy loss, A1+A3): :mod:`.gspo`, a preset over verl's ``gspo``
+* ``longcat_grpo`` (advantage estimator, A4+A5): :mod:`.advantages`, validity rules in :mod:`.validity`
+"""
 
 from __future__ import annotations
 
@@ -7,4 +12,13 @@ from longcat_plugins.components import Component
 
 def components() -> list[Component]:
     """The algorithms components this package ships; the family's modules are imported here, lazily."""
-    return []
+    from longcat_plugins.algorithms.advantages import compute_longcat_grpo_advantage
+    from longcat_plugins.algorithms.gspo import LongcatGSPOConfig, compute_longcat_gspo_loss
+    from longcat_plugins.algorithms.triplet_clip import TripletClipConfig, compute_triplet_clip_loss
+    from longcat_plugins.components import AdvantageEstimator, PolicyLoss
+
+    return [
+        PolicyLoss("triplet_clip", compute_triplet_clip_loss, config=TripletClipConfig),
+        PolicyLoss("longcat_gspo", compute_longcat_gspo_loss, config=LongcatGSPOConfig),
+        AdvantageEstimator("longcat_grpo", compute_longcat_grpo_advantage),
+    ]
