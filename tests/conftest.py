@@ -6,14 +6,20 @@ from __future__ import annotations
 
 import importlib
 import importlib.metadata
+import json
 import os
+import shutil
 import subprocess
 import sys
+import tempfile
 import textwrap
 from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
+
+from longcat_plugins.runtime.assets import Assets, ensure_assets
+from longcat_plugins.runtime.launch import RunResult, resolve_config, run_training
 
 REPO = Path(__file__).resolve().parents[1]
 EXAMPLE = REPO / "examples" / "longcat-example-plugin"
@@ -102,3 +108,38 @@ def run_cli(*args: str, env: dict[str, str] | None = None, timeout: int = 300) -
     return subprocess.run(
         [sys.executable, "-m", "longcat_plugins", *args], capture_output=True, text=True, env=full_env, timeout=timeout
     )
+
+
+@pytest.fixture(scope="session")
+def tiny_assets(tmp_path_factory: pytest.TempPathFactory) -> Assets:
+    """The tiny model, tokenizer and arithmetic dataset, built once per session."""
+    return ensure_assets(tmp_path_factory.mktemp("assets"), size="tiny")
+
+
+@pytest.fixture
+def ray_tmp() -> Iterator[Path]:
+    """Ray's session files for this test only. Ray's socket paths must stay under 107 bytes,
+    so this is a short directory in /tmp, removed afterwards."""
+    path = Path(tempfile.mkdtemp(prefix="lcray", dir="/tmp"))
+    yield path
+    shutil.rmtree(path, ignore_errors=True)
+
+
+def train_cpu(tiny: Assets, run_dir: Path, ray_tmp: Path, *overrides: str) -> tuple[RunResult, list[dict]]:
+    """Run the CPU demo recipe through stock main_ppo; return the result and the rollout's weight updates."""
+    trace = run_dir / "rollout_trace.jsonl"
+    result = run_training(
+        resolve_config("cpu_demo"),
+        [
+            f"data.train_files={tiny.train}",
+            f"data.val_files={tiny.val}",
+            f"actor_rollout_ref.model.path={tiny.model}",
+            f"+ray_kwargs.ray_init._temp_dir={ray_tmp}",
+            *overrides,
+        ],
+        run_dir,
+        env={"LONGCAT_HF_ROLLOUT_TRACE": str(trace)},
+    )
+    assert result.returncode == 0, result.log.read_text()[-5000:]
+    updates = [json.loads(line) for line in trace.read_text().splitlines()] if trace.exists() else []
+    return result, updates

@@ -3,52 +3,15 @@ trainer, the rollout's weights changing every step, and resume from a checkpoint
 
 from __future__ import annotations
 
-import json
 import math
-import shutil
-import tempfile
-from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
+from conftest import train_cpu as train
 
-from longcat_plugins.runtime.assets import Assets, ensure_assets
-from longcat_plugins.runtime.launch import RunResult, resolve_config, run_training
+from longcat_plugins.runtime.assets import Assets
 
 pytestmark = [pytest.mark.slow, pytest.mark.ray]
-
-
-@pytest.fixture(scope="module")
-def tiny(tmp_path_factory: pytest.TempPathFactory) -> Assets:
-    return ensure_assets(tmp_path_factory.mktemp("assets"), size="tiny")
-
-
-@pytest.fixture
-def ray_tmp() -> Iterator[Path]:
-    """Ray's session files for this test only. Ray's socket paths must stay under 107 bytes,
-    so this is a short directory in /tmp, removed afterwards."""
-    path = Path(tempfile.mkdtemp(prefix="lcray", dir="/tmp"))
-    yield path
-    shutil.rmtree(path, ignore_errors=True)
-
-
-def train(tiny: Assets, run_dir: Path, ray_tmp: Path, *overrides: str) -> tuple[RunResult, list[dict]]:
-    trace = run_dir / "rollout_trace.jsonl"
-    result = run_training(
-        resolve_config("cpu_demo"),
-        [
-            f"data.train_files={tiny.train}",
-            f"data.val_files={tiny.val}",
-            f"actor_rollout_ref.model.path={tiny.model}",
-            f"+ray_kwargs.ray_init._temp_dir={ray_tmp}",
-            *overrides,
-        ],
-        run_dir,
-        env={"LONGCAT_HF_ROLLOUT_TRACE": str(trace)},
-    )
-    assert result.returncode == 0, result.log.read_text()[-5000:]
-    updates = [json.loads(line) for line in trace.read_text().splitlines()] if trace.exists() else []
-    return result, updates
 
 
 def assert_learning_step(step: dict) -> None:
@@ -59,9 +22,13 @@ def assert_learning_step(step: dict) -> None:
 
 
 @pytest.mark.parametrize("use_v1", [True, False], ids=["v1", "legacy"])
-def test_two_grpo_steps(tiny: Assets, tmp_path: Path, ray_tmp: Path, use_v1: bool) -> None:
+def test_two_grpo_steps(tiny_assets: Assets, tmp_path: Path, ray_tmp: Path, use_v1: bool) -> None:
     result, updates = train(
-        tiny, tmp_path / "run", ray_tmp, "trainer.total_training_steps=2", f"trainer.use_v1={str(use_v1).lower()}"
+        tiny_assets,
+        tmp_path / "run",
+        ray_tmp,
+        "trainer.total_training_steps=2",
+        f"trainer.use_v1={str(use_v1).lower()}",
     )
     assert [s["step"] for s in result.steps] == [1, 2]
     for step in result.steps:
@@ -73,10 +40,10 @@ def test_two_grpo_steps(tiny: Assets, tmp_path: Path, ray_tmp: Path, use_v1: boo
     assert len(set(digests)) == len(digests), "weights pushed to the rollout did not change between steps"
 
 
-def test_resume_continues_from_the_saved_step(tiny: Assets, tmp_path: Path, ray_tmp: Path) -> None:
+def test_resume_continues_from_the_saved_step(tiny_assets: Assets, tmp_path: Path, ray_tmp: Path) -> None:
     ckpt = tmp_path / "ckpt"
     first, _ = train(
-        tiny,
+        tiny_assets,
         tmp_path / "first",
         ray_tmp,
         "trainer.total_training_steps=2",
@@ -85,7 +52,7 @@ def test_resume_continues_from_the_saved_step(tiny: Assets, tmp_path: Path, ray_
     )
     assert (ckpt / "latest_checkpointed_iteration.txt").read_text().strip() == "2"
     second, updates = train(
-        tiny,
+        tiny_assets,
         tmp_path / "second",
         ray_tmp,
         "trainer.total_training_steps=3",
