@@ -110,6 +110,33 @@ def _group(s: str, i: int) -> tuple[str, int]:
     return s[i], i + 1
 
 
+def _function_power(s: str, i: int) -> tuple[str | None, int]:
+    """``\\sin^2 x``: the exponent written between a function name and its argument."""
+    while i < len(s) and s[i] == " ":
+        i += 1
+    if i < len(s) and s[i] == "^":
+        return _group(s, i + 1)
+    return None, i
+
+
+def _function_argument(s: str, i: int) -> tuple[str, int]:
+    """A function's argument: ``(...)``, ``{...}`` or one token (``\\sin x``, ``\\ln 2``)."""
+    while i < len(s) and s[i] == " ":
+        i += 1
+    if i < len(s) and s[i] == "(":
+        depth = 0
+        for j in range(i, len(s)):
+            depth += s[j] == "("
+            depth -= s[j] == ")"
+            if depth == 0:
+                return s[i + 1 : j], j + 1
+        raise LatexError(f"unbalanced '(' at position {i}")
+    m = re.match(r"\\[a-zA-Z]+|[A-Za-z]|\d+(?:\.\d+)?", s[i:])
+    if s[i : i + 1] == "{" or not m:
+        return _group(s, i)
+    return m.group(0), i + len(m.group(0))
+
+
 def latex_to_sympy_text(s: str, depth: int = 0) -> str:
     """Translate LaTeX ``s`` into text for ``sympy.parse_expr``; :class:`LatexError` when it cannot."""
     if depth > 50:
@@ -148,7 +175,10 @@ def latex_to_sympy_text(s: str, depth: int = 0) -> str:
                 arg, i = _group(s, i)
                 out.append(f" {latex_to_sympy_text(arg, depth + 1)} ")
             elif name in _FUNCS:
-                out.append(f" {_FUNCS[name]}")
+                expo, i = _function_power(s, i)
+                arg, i = _function_argument(s, i)
+                call = f"{_FUNCS[name]}({latex_to_sympy_text(arg, depth + 1)})"
+                out.append(f" ({call})**({latex_to_sympy_text(expo, depth + 1)})" if expo else f" {call}")
             elif name in _SYMBOLS:
                 out.append(f" {_SYMBOLS[name]} ")
             elif name in ("cup", "cap", "in", "pm", "mp", "mid", "to", "rightarrow"):
