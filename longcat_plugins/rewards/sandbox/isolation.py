@@ -13,8 +13,10 @@ namespaces    (root only) a private network namespace (no network at all, not ev
 uid           (root only) the program runs as a dedicated unprivileged uid per concurrent
               run: it cannot signal the reward worker or other runs, cannot write root's
               files, and ``nproc`` is counted per run. Network is NOT isolated.
-rlimits       no privilege to drop: only resource limits and a separate session. The
+rlimits       not root, no bwrap: only resource limits and a separate session. The
               program runs as the reward worker's user; network is NOT isolated. Logged.
+              Refused when running as root (root ignores RLIMIT_NPROC, and a program's
+              ``kill(-1)`` would reach every process on the machine).
 ============  ========================================================================
 
 Every level applies :class:`~longcat_plugins.rewards.sandbox.limits.Limits` and runs the
@@ -83,6 +85,9 @@ def _drop_privileges(uid: int) -> None:
 def make_preexec(level: IsolationLevel, limits: Limits, uid: int | None) -> Callable[[], None]:
     """The function the child runs between fork and exec (as the reward worker's user)."""
 
+    if level is IsolationLevel.RLIMITS and os.geteuid() == 0:
+        raise IsolationUnavailable("refusing to run untrusted code as root at isolation level 'rlimits'")
+
     def preexec() -> None:
         os.setsid()
         if level is IsolationLevel.NAMESPACES:
@@ -94,11 +99,65 @@ def make_preexec(level: IsolationLevel, limits: Limits, uid: int | None) -> Call
     return preexec
 
 
-def wrap_argv(level: IsolationLevel, argv: list[str], run_dir: str) -> list[str]:
-    """``argv`` prefixed with the bwrap invocation for level ``bwrap``; unchanged otherwise."""
+#: The first process of every run, started as the run's uid. It is a child subreaper, so every
+#: orphan of the run is re-parented to it and reaped (orphans re-parented to PID 1 may stay
+#: zombies for a long time, and zombies count against the uid's RLIMIT_NPROC). When the program
+#: exits, or on SIGTERM (the runner's timeout), it kills the rest of the run: with a dedicated
+#: uid ("uid" mode) ``kill(-1, SIGKILL)`` reaches every process of that uid and nothing else; in
+#: "group" mode (no dedicated uid) only the program's process group. It exits with the
+#: program's status, re-raising the signal that killed it (bwrap reports one as 128+N).
+_REAPER = """
+import ctypes, os, signal, sys
+ctypes.CDLL(None).prctl(36, 1, 0, 0, 0)
+mode, cmd = sys.argv[1], sys.argv[2:]
+pid = os.fork()
+if pid == 0:
+    try:
+        os.setpgid(0, 0)
+        os.execvp(cmd[0], cmd)
+    finally:
+        os._exit(127)
+done = False
+def kill_rest(*_):
+    try:
+        if mode == "uid":
+            os.kill(-1, signal.SIGKILL)
+        else:
+            os.killpg(pid, signal.SIGKILL)
+    except OSError:
+        pass
+signal.signal(signal.SIGTERM, kill_rest)
+code = 1
+while True:
+    try:
+        got, st = os.wait()
+    except ChildProcessError:
+        break
+    if got == pid:
+        code, done = os.waitstatus_to_exitcode(st), True
+    if done:
+        kill_rest()
+sig = -code if code < 0 else (code - 128 if 128 < code <= 192 else 0)
+if sig:
+    signal.signal(sig, signal.SIG_DFL)
+    os.kill(os.getpid(), sig)
+sys.exit(code)
+"""
+
+
+def _reaper_python() -> str:
+    for candidate in ("/usr/bin/python3", "/usr/local/bin/python3"):
+        if os.access(candidate, os.X_OK):
+            return candidate
+    return "python3"
+
+
+def wrap_argv(level: IsolationLevel, argv: list[str], run_dir: str, dedicated_uid: bool = True) -> list[str]:
+    """``argv`` behind the reaper (every level) and, for level ``bwrap``, the bwrap invocation."""
+    reaper = [_reaper_python(), "-I", "-S", "-c", _REAPER, "uid" if dedicated_uid else "group"]
     if level is not IsolationLevel.BWRAP:
-        return argv
-    prefix = [
+        return reaper + argv
+    bwrap = [
         shutil.which("bwrap") or "bwrap",
         "--unshare-all",
         "--die-with-parent",
@@ -120,19 +179,20 @@ def wrap_argv(level: IsolationLevel, argv: list[str], run_dir: str) -> list[str]
         run_dir,
         "--",
     ]
-    return prefix + argv
+    return reaper + bwrap + argv
 
 
 def _probe(level: IsolationLevel, uid: int) -> str | None:
     """None when ``level`` works here, else the reason it does not."""
     is_root = os.geteuid() == 0
     if level is IsolationLevel.RLIMITS:
-        return None
+        # root ignores RLIMIT_NPROC and kill(-1) from root reaches every process on the machine
+        return "refused as root: without a uid drop the program would run as root" if is_root else None
     if level in (IsolationLevel.UID, IsolationLevel.NAMESPACES) and not is_root:
         return "needs root to switch to a per-run uid"
     if level is IsolationLevel.BWRAP and shutil.which("bwrap") is None:
         return "bwrap is not installed (apt-get install bubblewrap)"
-    argv = wrap_argv(level, ["/bin/true"], "/")
+    argv = wrap_argv(level, ["/bin/true"], "/", dedicated_uid=is_root)
     try:
         proc = subprocess.run(
             argv,

@@ -12,10 +12,12 @@ directories are removed.
 from __future__ import annotations
 
 import asyncio
+import fcntl
 import json
 import logging
 import os
 import queue
+import random
 import shutil
 import signal
 import tempfile
@@ -30,6 +32,8 @@ from longcat_plugins.rewards.sandbox.testcases import TestCase, TestSuite, stdou
 
 logger = logging.getLogger(__name__)
 
+#: per-uid lock files: a uid is used by one run at a time across every process on the machine
+UID_LOCK_DIR = "/run/longcat-sandbox-uids"
 _ENV = {"PATH": "/usr/local/bin:/usr/bin:/bin", "LANG": "C.UTF-8", "HOME": "/nonexistent", "PYTHONHASHSEED": "0"}
 
 _HARNESS = '''
@@ -60,6 +64,24 @@ for line in open(sys.argv[3]):
         sys.__stdout__.write("\\x00LCRES" + json.dumps({"ok": True, "value": repr(out.get("value"))}) + "\\n")
     sys.__stdout__.flush()
 '''
+
+
+def live_pids_of_uid(uid: int) -> list[int]:
+    """Pids whose real uid is ``uid`` and that are not zombies (zombies hold no resources but a pid)."""
+    pids = []
+    for entry in os.listdir("/proc"):
+        if not entry.isdigit():
+            continue
+        try:
+            with open(f"/proc/{entry}/status") as f:
+                status = f.read()
+        except OSError:
+            continue
+        uid_line = status[status.find("\nUid:") + 5 :].split(None, 1)[0] if "\nUid:" in status else ""
+        state = status[status.find("\nState:") + 7 :].split(None, 1)[0] if "\nState:" in status else ""
+        if uid_line == str(uid) and state != "Z":
+            pids.append(int(entry))
+    return pids
 
 
 @dataclass
@@ -121,6 +143,7 @@ class Sandbox:
         max_concurrent: int = 8,
         work_root: str | None = None,
         uid_base: int = 61000,
+        uid_count: int = 1000,
         python_call_mode: str = "batch",
     ) -> None:
         if python_call_mode not in ("batch", "per_case"):
@@ -133,11 +156,27 @@ class Sandbox:
         root = work_root or ("/run/longcat-sandbox" if self.is_root and os.path.isdir("/run") else None)
         root = root or os.path.join(tempfile.gettempdir(), f"longcat-sandbox-{os.getuid()}")
         os.makedirs(root, mode=0o711, exist_ok=True)
-        self.work_root = root
+        self.work_root = os.path.realpath(root)
+        self._check_work_root()
         self.uid_base = uid_base
+        self.uid_count = uid_count
         self._slots: queue.Queue[int] = queue.Queue()
         for slot in range(max_concurrent):
             self._slots.put(slot)
+
+    def _check_work_root(self) -> None:
+        """The run dirs must stay visible to the program: reachable by its uid, not under a private tmp."""
+        root = self.work_root
+        if self.level is IsolationLevel.NAMESPACES and any(
+            root == d or root.startswith(d + "/") for d in ("/tmp", "/var/tmp", "/dev/shm")
+        ):
+            raise ValueError(f"sandbox work_root {root!r} is under a directory the namespaces level hides")
+        if self.is_root and self.level is not IsolationLevel.RLIMITS:
+            path = root
+            while path != "/":
+                if not os.stat(path).st_mode & 0o001:
+                    raise ValueError(f"sandbox work_root {root!r}: {path!r} is not searchable by the sandbox uid")
+                path = os.path.dirname(path)
 
     # -- slots -------------------------------------------------------------------------------
     async def _acquire(self) -> int:
@@ -146,8 +185,25 @@ class Sandbox:
         except queue.Empty:
             return await asyncio.to_thread(self._slots.get)
 
-    def _uid(self, slot: int) -> int | None:
-        return self.uid_base + slot if self.is_root and self.level is not IsolationLevel.RLIMITS else None
+    async def _lock_uid(self) -> tuple[int | None, int | None]:
+        """(uid, lock fd): a uid no other run on this machine holds (flock, released if we die)."""
+        if not self.is_root or self.level is IsolationLevel.RLIMITS:
+            return None, None
+        os.makedirs(UID_LOCK_DIR, mode=0o700, exist_ok=True)
+        while True:
+            offset = random.randrange(self.uid_count)
+            for k in range(self.uid_count):
+                uid = self.uid_base + (offset + k) % self.uid_count
+                fd = os.open(os.path.join(UID_LOCK_DIR, f"{uid}.lock"), os.O_CREAT | os.O_RDWR, 0o600)
+                try:
+                    fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+                except BlockingIOError:
+                    os.close(fd)
+                    continue
+                if live_pids_of_uid(uid):  # a crashed holder's leftovers: clean before reuse
+                    await self._sweep(uid)
+                return uid, fd
+            await asyncio.sleep(0.05)  # every uid of the range busy machine-wide: rare, wait
 
     # -- processes -----------------------------------------------------------------------------
     async def exec(
@@ -162,7 +218,7 @@ class Sandbox:
         timed_out = False
         with open(in_path, "rb") as fin, open(out_path, "wb") as fout, open(err_path, "wb") as ferr:
             proc = await asyncio.create_subprocess_exec(
-                *wrap_argv(self.level, argv, run_dir),
+                *wrap_argv(self.level, argv, run_dir, dedicated_uid=uid is not None),
                 stdin=fin,
                 stdout=fout,
                 stderr=ferr,
@@ -174,6 +230,11 @@ class Sandbox:
                 await asyncio.wait_for(proc.wait(), limits.wall_s)
             except TimeoutError:
                 timed_out = True
+                proc.terminate()  # the reaper kills the run and reaps it; SIGKILL below is the backstop
+                try:
+                    await asyncio.wait_for(proc.wait(), 2.0)
+                except TimeoutError:
+                    pass
             finally:
                 try:
                     os.killpg(proc.pid, signal.SIGKILL)
@@ -205,6 +266,18 @@ class Sandbox:
             preexec_fn=lambda: (os.setgroups([]), os.setgid(uid), os.setuid(uid)),
         )
         await proc.wait()
+        # kill(-1) can miss children forked while it runs (a fork bomb): kill stragglers until none live
+        for _ in range(100):
+            pids = live_pids_of_uid(uid)
+            if not pids:
+                return
+            for pid in pids:
+                try:
+                    os.kill(pid, signal.SIGKILL)
+                except (ProcessLookupError, PermissionError):
+                    pass
+            await asyncio.sleep(0.01)
+        logger.error("code sandbox: processes of uid %d survive repeated SIGKILL: %s", uid, live_pids_of_uid(uid))
 
     # -- submissions ---------------------------------------------------------------------------
     async def run(self, language: str | Language, source: str, suite: TestSuite) -> SandboxReport:
@@ -213,7 +286,7 @@ class Sandbox:
         report = SandboxReport(lang.name, self.level.value)
         start = time.monotonic()
         slot = await self._acquire()
-        uid = self._uid(slot)
+        uid, lock_fd = await self._lock_uid()
         run_dir = io_dir = None
         try:
             run_dir = tempfile.mkdtemp(dir=self.work_root, prefix="run")
@@ -230,6 +303,8 @@ class Sandbox:
             for d in (run_dir, io_dir):
                 if d:
                     shutil.rmtree(d, ignore_errors=True)
+            if lock_fd is not None:
+                os.close(lock_fd)
             self._slots.put(slot)
             report.wall_s = time.monotonic() - start
         return report
