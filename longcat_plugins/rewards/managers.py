@@ -71,6 +71,20 @@ def normalise(result: Any, name: str) -> tuple[float, dict[str, Any]]:
     return score, {"acc": acc, VALID_KEY: valid, ERROR_KEY: error, NAME_KEY: name}
 
 
+def _reward_kwargs(config: Any) -> Any:
+    try:
+        return config.reward.get("reward_kwargs") or {}
+    except AttributeError:
+        return {}
+
+
+def _plain(value: Any) -> dict[str, Any]:
+    from longcat_plugins.config import to_plain
+
+    plain = to_plain(value)
+    return dict(plain) if isinstance(plain, dict) else {}
+
+
 class LongcatRewardManager(RewardManagerBase):
     """Scores each sample with the reward named by :meth:`route` (fixed per subclass)."""
 
@@ -99,7 +113,8 @@ class LongcatRewardManager(RewardManagerBase):
         return self.reward_name
 
     def kwargs_for(self, name: str) -> dict[str, Any]:
-        return {}
+        """``reward.reward_kwargs`` (the verl key the dapo manager reads too) for this manager's reward."""
+        return _plain(_reward_kwargs(self.config))
 
     def resolve(self, name: str) -> Any:
         """The compute_score callable for reward ``name``."""
@@ -213,4 +228,6 @@ class RouterRewardManager(LongcatRewardManager):
         return self._cache[data_source]
 
     def kwargs_for(self, name: str) -> dict[str, Any]:
-        return self.router_config.reward_kwargs.get(name, {})
+        """Per-reward kwargs: the router's settings, then ``reward.reward_kwargs.<name>``."""
+        from_verl = _plain(_reward_kwargs(self.config)).get(name)
+        return {**self.router_config.reward_kwargs.get(name, {}), **(from_verl if isinstance(from_verl, dict) else {})}
