@@ -50,7 +50,21 @@ MANAGERS = {"longcat_math": "math", "longcat_code": "code", "longcat_tool_format
 
 @pytest.fixture(scope="module")
 def model_path() -> str:
+    sync_bridge()
     return str(ensure_assets().model)
+
+
+def sync_bridge() -> None:
+    """Register our managers even if the host was built before verl's registry was imported.
+
+    Building the host imports our managers, which import verl's reward-manager package (and so
+    its registry) while the host is still building; the bridge parks that module as pending and
+    flushes it only on the next registry import. ``bridge.sync()`` is what the CLI and the Hydra
+    callback call; doing it here keeps these tests independent of test order.
+    """
+    from longcat_plugins.verl_bridge import bridge
+
+    bridge.sync()
 
 
 def make_config(model_path: str, manager: str, reward_kwargs: dict[str, Any] | None = None) -> Any:
