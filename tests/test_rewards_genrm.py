@@ -197,9 +197,9 @@ def test_genrm_manager_in_verls_reward_loop_through_the_router_address(judge: Ju
     """verl passes ``reward_router_address`` (host:port of its reward-model router) to the
     manager; the genrm reward then posts to ``http://<address>/v1/chat/completions``."""
     from test_rewards_verl import make_batch, make_config, sync_bridge
+    from verl.experimental.reward_loop.reward_loop import RewardLoopWorker
 
     from longcat_plugins.runtime.assets import ensure_assets
-    from verl.experimental.reward_loop.reward_loop import RewardLoopWorker
 
     sync_bridge()
     config = make_config(str(ensure_assets().model), "longcat_genrm", {"backoff_s": 0.01, "max_retries": 1})

@@ -12,8 +12,8 @@ import shutil
 import socket
 import tempfile
 import threading
-from collections.abc import Iterator
 import time
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -27,7 +27,7 @@ LIMITS = Limits(cpu_s=1.0, wall_s=3.0, memory_mb=256, nproc=16, fsize_mb=1)
 LEVELS = [lv for lv, why in available_levels().items() if why is None]
 ADD = parse_test_cases({"inputs": ["1 2\n", "3 4\n", "10 -3\n"], "outputs": ["3\n", "7\n", "7\n"]})
 PY_ADD = "a, b = map(int, input().split())\nprint(a + b)\n"
-CPP_ADD = "#include <cstdio>\nint main(){long a,b; scanf(\"%ld %ld\",&a,&b); printf(\"%ld\\n\", a+b);}\n"
+CPP_ADD = '#include <cstdio>\nint main(){long a,b; scanf("%ld %ld",&a,&b); printf("%ld\\n", a+b);}\n'
 
 
 def run(sb: Sandbox, lang: str, src: str, suite=ADD):  # noqa: ANN001, ANN201 - test helper
@@ -234,9 +234,7 @@ def test_code_reward_compute_score() -> None:
     assert ok["score"] == 1.0 and ok[VALID_KEY] == 1.0
     cpp = asyncio.run(code_reward.compute_score("apps", f"```cpp\n{CPP_ADD}```", gt))
     assert cpp["score"] == 1.0
-    half = asyncio.run(
-        code_reward.compute_score("apps", "```python\nprint(3)\n```", gt, score_mode="pass_rate")
-    )
+    half = asyncio.run(code_reward.compute_score("apps", "```python\nprint(3)\n```", gt, score_mode="pass_rate"))
     assert half["score"] == 0.5 and half["acc"] == 0.0
     none = asyncio.run(code_reward.compute_score("apps", "no code here", gt))
     assert none["score"] == 0.0 and none[VALID_KEY] == 1.0

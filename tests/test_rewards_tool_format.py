@@ -62,7 +62,10 @@ def test_partial_credit_and_optional_call() -> None:
 
 
 def test_reasons_name_the_problem() -> None:
-    reasons = [r for ok, r in check_calls(call("get_weather", {"city": 3}), {"get_weather": TOOLS[0]["function"]["parameters"]})]
+    reasons = [
+        r
+        for ok, r in check_calls(call("get_weather", {"city": 3}), {"get_weather": TOOLS[0]["function"]["parameters"]})
+    ]
     assert "get_weather" in reasons[0] and "3" in reasons[0]
 
 

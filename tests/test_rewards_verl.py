@@ -14,16 +14,27 @@ from typing import Any
 import numpy as np
 import pytest
 import torch
+import verl  # noqa: F401 - loads the bridge, which registers our managers on registry import
 from omegaconf import OmegaConf
 
-import verl  # noqa: F401 - loads the bridge, which registers our managers on registry import
 from longcat_plugins.rewards.result import ERROR_KEY, NAME_KEY, VALID_KEY
 from longcat_plugins.runtime.assets import ensure_assets
 
 PY_ADD = "```python\na, b = map(int, input().split())\nprint(a + b)\n```"
 ADD_CASES = json.dumps({"inputs": ["1 2\n", "5 5\n"], "outputs": ["3\n", "10\n"]})
-TOOLS = [{"type": "function", "function": {"name": "add", "parameters": {
-    "type": "object", "properties": {"a": {"type": "integer"}, "b": {"type": "integer"}}, "required": ["a", "b"]}}}]
+TOOLS = [
+    {
+        "type": "function",
+        "function": {
+            "name": "add",
+            "parameters": {
+                "type": "object",
+                "properties": {"a": {"type": "integer"}, "b": {"type": "integer"}},
+                "required": ["a", "b"],
+            },
+        },
+    }
+]
 GOOD_CALL = '<tool_call>{"name": "add", "arguments": {"a": 1, "b": 2}}</tool_call>'
 BAD_CALL = '<tool_call>{"name": "add", "arguments": {"a": "one"}}</tool_call>'
 
@@ -157,8 +168,9 @@ def test_router_scores_a_mixed_batch_in_verls_reward_loop(model_path: str) -> No
 
 
 def test_router_custom_and_default_routes(model_path: str, tmp_path: Path) -> None:
-    from longcat_plugins.rewards.managers import RouterConfig, RouterRewardManager
     from verl.utils import hf_tokenizer
+
+    from longcat_plugins.rewards.managers import RouterConfig, RouterRewardManager
 
     def custom(data_source: str, solution_str: str, ground_truth: Any, extra_info: Any = None, **kw: Any) -> float:
         if "boom" in solution_str:

@@ -172,7 +172,9 @@ async def compute_score(
     elif cfg.base_url:
         url, model = cfg.base_url.rstrip("/") + "/chat/completions", cfg.model
     else:
-        return invalid("genrm: no judge configured (set longcat.settings.reward.genrm.base_url or enable verl's reward model)")
+        return invalid(
+            "genrm: no judge configured (set longcat.settings.reward.genrm.base_url or enable verl's reward model)"
+        )
     info = extra_info or {}
     question = str(info.get("question") or info.get("problem") or info.get("prompt") or "")
     prompt = cfg.prompt_template.format(

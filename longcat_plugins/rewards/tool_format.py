@@ -103,7 +103,7 @@ def compute_score(
     cfg = ToolFormatConfig(**{k: v for k, v in kwargs.items() if k in ToolFormatConfig.__dataclass_fields__})
     try:
         schemas = _tool_schemas(extra_info)
-        for name, schema in schemas.items():
+        for schema in schemas.values():
             jsonschema.Draft202012Validator.check_schema(schema)
     except (ValueError, TypeError, AttributeError, jsonschema.SchemaError) as exc:
         return invalid(f"tool_format ({data_source}): bad tool schema: {getattr(exc, 'message', exc)}")

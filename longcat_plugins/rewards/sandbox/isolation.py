@@ -220,7 +220,11 @@ def choose_level(requested: str = "auto") -> IsolationLevel:
     if requested == "auto":
         for level in IsolationLevel:
             if levels[level] is None:
-                skipped = {lv.value: why for lv, why in levels.items() if why and list(IsolationLevel).index(lv) < list(IsolationLevel).index(level)}
+                skipped = {
+                    lv.value: why
+                    for lv, why in levels.items()
+                    if why and list(IsolationLevel).index(lv) < list(IsolationLevel).index(level)
+                }
                 if skipped:
                     logger.warning("code sandbox: isolation %s (stronger levels unavailable: %s)", level.value, skipped)
                 return level

@@ -39,7 +39,14 @@ LANGUAGES: dict[str, Language] = {
         "solution.py",
         run=(_python(), "-I", "-S", "-B", "{src}"),
         # byte-compiling surfaces syntax errors once, not as a failure of every case
-        compile=(_python(), "-I", "-S", "-c", "import sys; compile(open(sys.argv[1]).read(), sys.argv[1], 'exec')", "{src}"),
+        compile=(
+            _python(),
+            "-I",
+            "-S",
+            "-c",
+            "import sys; compile(open(sys.argv[1]).read(), sys.argv[1], 'exec')",
+            "{src}",
+        ),
     ),
     "cpp": Language(
         "cpp",
@@ -47,7 +54,9 @@ LANGUAGES: dict[str, Language] = {
         compile=("g++", "-O2", "-std=c++17", "-pipe", "-o", "{exe}", "{src}"),
         run=("{exe}",),
     ),
-    "c": Language("c", "solution.c", compile=("gcc", "-O2", "-std=c11", "-pipe", "-o", "{exe}", "{src}", "-lm"), run=("{exe}",)),
+    "c": Language(
+        "c", "solution.c", compile=("gcc", "-O2", "-std=c11", "-pipe", "-o", "{exe}", "{src}", "-lm"), run=("{exe}",)
+    ),
 }
 ALIASES = {"py": "python", "python3": "python", "c++": "cpp", "cc": "cpp", "cxx": "cpp"}
 

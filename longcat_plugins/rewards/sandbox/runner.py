@@ -36,7 +36,7 @@ logger = logging.getLogger(__name__)
 UID_LOCK_DIR = "/run/longcat-sandbox-uids"
 _ENV = {"PATH": "/usr/local/bin:/usr/bin:/bin", "LANG": "C.UTF-8", "HOME": "/nonexistent", "PYTHONHASHSEED": "0"}
 
-_HARNESS = '''
+_HARNESS = """
 import json, sys, traceback
 from typing import *
 import collections, heapq, bisect, itertools, functools, math, string, re
@@ -63,7 +63,7 @@ for line in open(sys.argv[3]):
     except (TypeError, ValueError):
         sys.__stdout__.write("\\x00LCRES" + json.dumps({"ok": True, "value": repr(out.get("value"))}) + "\\n")
     sys.__stdout__.flush()
-'''
+"""
 
 
 def live_pids_of_uid(uid: int) -> list[int]:
@@ -310,7 +310,14 @@ class Sandbox:
         return report
 
     async def _run_in(
-        self, lang: Language, source: str, suite: TestSuite, run_dir: str, io_dir: str, uid: int | None, report: SandboxReport
+        self,
+        lang: Language,
+        source: str,
+        suite: TestSuite,
+        run_dir: str,
+        io_dir: str,
+        uid: int | None,
+        report: SandboxReport,
     ) -> None:
         src = os.path.join(run_dir, lang.source_name)
         exe = os.path.join(run_dir, lang.exe_name)
@@ -387,6 +394,8 @@ class Sandbox:
                 elif value_matches(out["value"], case.expected_value):
                     report.cases.append(CaseResult(True, "passed", res.wall_s / n))
                 else:
-                    report.cases.append(CaseResult(False, "wrong_answer", res.wall_s / n, f"got {out['value']!r}"[:200]))
+                    report.cases.append(
+                        CaseResult(False, "wrong_answer", res.wall_s / n, f"got {out['value']!r}"[:200])
+                    )
             if res.status != "ok":
                 await self._sweep(uid)
