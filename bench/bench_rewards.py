@@ -129,7 +129,9 @@ async def bench_sandbox(py_cases: int, cpp_cases: int) -> dict[str, Any]:
 
     limits = Limits(cpu_s=2, wall_s=5, memory_mb=256)
     out: dict[str, Any] = {}
-    stdin_suite = parse_test_cases({"inputs": [f"{i}\n" for i in range(py_cases)], "outputs": [f"{2 * i}\n" for i in range(py_cases)]})
+    stdin_suite = parse_test_cases(
+        {"inputs": [f"{i}\n" for i in range(py_cases)], "outputs": [f"{2 * i}\n" for i in range(py_cases)]}
+    )
     sb = Sandbox("auto", limits)
     out["isolation"] = sb.level.value
     t = time.perf_counter()
@@ -138,7 +140,9 @@ async def bench_sandbox(py_cases: int, cpp_cases: int) -> dict[str, Any]:
     assert rep.all_passed, rep
     out["python_stdin_process_per_case"] = {"cases": py_cases, "s": dt, "execs_per_s": py_cases / dt}
 
-    call_suite = parse_test_cases({"fn_name": "double", "inputs": [[i] for i in range(py_cases)], "outputs": [2 * i for i in range(py_cases)]})
+    call_suite = parse_test_cases(
+        {"fn_name": "double", "inputs": [[i] for i in range(py_cases)], "outputs": [2 * i for i in range(py_cases)]}
+    )
     for mode in ("batch", "per_case"):
         sbm = Sandbox("auto", limits, python_call_mode=mode)
         t = time.perf_counter()
@@ -147,8 +151,10 @@ async def bench_sandbox(py_cases: int, cpp_cases: int) -> dict[str, Any]:
         assert rep.all_passed, rep
         out[f"python_call_{mode}"] = {"cases": py_cases, "s": dt, "execs_per_s": py_cases / dt}
 
-    cpp = "#include <cstdio>\nint main(){long n; scanf(\"%ld\",&n); printf(\"%ld\\n\", 2*n);}\n"
-    suite = parse_test_cases({"inputs": [f"{i}\n" for i in range(cpp_cases)], "outputs": [f"{2 * i}\n" for i in range(cpp_cases)]})
+    cpp = '#include <cstdio>\nint main(){long n; scanf("%ld",&n); printf("%ld\\n", 2*n);}\n'
+    suite = parse_test_cases(
+        {"inputs": [f"{i}\n" for i in range(cpp_cases)], "outputs": [f"{2 * i}\n" for i in range(cpp_cases)]}
+    )
     t = time.perf_counter()
     rep = await sb.run("cpp", cpp, suite)
     dt = time.perf_counter() - t
