@@ -248,3 +248,17 @@ def test_threads_still_work_after_runs() -> None:
     t = threading.Thread(target=lambda: None)
     t.start()
     t.join()
+
+
+def test_python_reaper_fallback(work_root: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Without a C compiler the Python reaper does the same job (slower to start)."""
+    from longcat_plugins.rewards.sandbox import isolation
+
+    monkeypatch.setattr(
+        isolation, "reaper_argv", lambda: (isolation._reaper_python(), "-I", "-S", "-c", isolation._REAPER)
+    )
+    sb = Sandbox("auto", LIMITS, work_root=work_root)
+    assert run(sb, "python", PY_ADD).all_passed
+    rep = run(sb, "python", HOSTILE["fork_bomb"], parse_test_cases({"inputs": [""], "outputs": ["x"]}))
+    assert rep.cases[0].status in ("time_limit", "runtime_error")
+    assert_clean(sb)
