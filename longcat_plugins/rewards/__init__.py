@@ -19,6 +19,11 @@ def components() -> list[Component]:
         RewardFunction("tool_format", tool_format.compute_score, config=tool_format.ToolFormatConfig),
     ]
     try:  # the managers subclass verl's RewardManagerBase; without verl only the functions exist
+        # import verl's reward-manager package first: importing it fires the bridge (which may
+        # build the process-wide host and so call this function again); that must not happen
+        # while the managers module is half-initialised
+        import verl.experimental.reward_loop.reward_manager  # noqa: F401
+
         from longcat_plugins.rewards import managers
     except ImportError:
         return out
