@@ -196,3 +196,17 @@ def test_router_custom_and_default_routes(model_path: str, tmp_path: Path) -> No
     assert gsm["reward_score"] == 1.0 and gsm["reward_extra_info"][NAME_KEY] == "default"
     assert mine["reward_score"] == 0.25 and mine["reward_extra_info"][VALID_KEY] == 1.0
     assert math.isnan(boom["reward_score"]) and "exploded" in boom["reward_extra_info"][ERROR_KEY]
+
+
+def test_rewards_accept_numpy_data_as_parquet_gives_it() -> None:
+    """pyarrow hands lists as numpy arrays inside ground_truth / extra_info."""
+    from longcat_plugins.rewards import code, math, tool_format
+
+    gt = {"inputs": np.array(["1 2\n", "5 5\n"], dtype=object), "outputs": np.array(["3\n", "10\n"], dtype=object)}
+    assert asyncio.run(code.compute_score("code", PY_ADD, gt))["score"] == 1.0
+    assert math.compute_score("math", r"\boxed{2}", np.array(["1", "2"], dtype=object))["score"] == 1.0
+    tools = np.array([{"function": {"name": "add", "parameters": {"type": "object", "required": np.array(["a"])}}}])
+    ok = tool_format.compute_score(
+        "tool", '<tool_call>{"name": "add", "arguments": {"a": 1}}</tool_call>', None, {"tools": tools}
+    )
+    assert ok["score"] == 1.0, ok

@@ -14,6 +14,7 @@ import re
 from dataclasses import dataclass
 from typing import Any
 
+from longcat_plugins.rewards.plain import plain
 from longcat_plugins.rewards.result import invalid, scored
 
 _TAG = re.compile(r"<tool_call>(.*?)</tool_call>", re.DOTALL)
@@ -31,7 +32,7 @@ class ToolFormatConfig:
 
 def _tool_schemas(extra_info: dict[str, Any] | None) -> dict[str, dict[str, Any]]:
     """name -> parameters schema, from OpenAI-style tool specs; ValueError naming the bad entry."""
-    tools = (extra_info or {}).get("tools")
+    tools = plain((extra_info or {}).get("tools"))
     if tools is None:
         raise ValueError("extra_info['tools'] is missing")
     if isinstance(tools, str):

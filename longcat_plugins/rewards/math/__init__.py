@@ -12,6 +12,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from longcat_plugins.rewards.math.extract import extract_answer
+from longcat_plugins.rewards.plain import plain
 from longcat_plugins.rewards.result import invalid, scored
 
 __all__ = ["MathRewardConfig", "compute_score", "extract_answer", "verify"]
@@ -69,6 +70,7 @@ def compute_score(
 ) -> dict[str, Any]:
     """verl reward function: 1.0 for an answer equivalent to ``ground_truth``; invalid when uncheckable."""
     cfg = _settings(kwargs)
+    ground_truth = plain(ground_truth)
     if ground_truth is None or (isinstance(ground_truth, str) and not ground_truth.strip()):
         return invalid(f"math reward: empty ground_truth for data_source {data_source!r}")
     golds = [str(g) for g in ground_truth] if isinstance(ground_truth, list | tuple) else [str(ground_truth)]

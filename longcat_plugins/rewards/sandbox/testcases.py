@@ -13,6 +13,8 @@ import json
 from dataclasses import dataclass
 from typing import Any
 
+from longcat_plugins.rewards.plain import plain
+
 
 @dataclass(frozen=True)
 class TestCase:
@@ -55,7 +57,7 @@ def _args(value: Any) -> list[Any]:
 
 def parse_test_cases(ground_truth: Any, max_cases: int = 0) -> TestSuite:
     """Parse ``ground_truth``; ValueError saying what is missing when it is not a test-case spec."""
-    spec = ground_truth
+    spec = plain(ground_truth)
     if isinstance(spec, bytes):
         spec = spec.decode()
     if isinstance(spec, str):
