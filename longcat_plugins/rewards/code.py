@@ -1,0 +1,114 @@
+"""R3 code reward: extract the program from the response, run it against verl-format test cases.
+
+``compute_score`` is an *async* verl reward function (verl awaits coroutine reward functions
+directly, so many samples' programs run concurrently on the reward worker's event loop). The
+score is 1.0 when every case passes (``score_mode: all``) or the pass rate
+(``score_mode: pass_rate``); a sandbox failure or a malformed ground truth is invalid (NaN).
+"""
+
+from __future__ import annotations
+
+import re
+import threading
+from dataclasses import dataclass
+from typing import Any
+
+from longcat_plugins.rewards.result import invalid, scored
+from longcat_plugins.rewards.sandbox import Limits, Sandbox, parse_test_cases
+from longcat_plugins.rewards.sandbox.languages import ALIASES, LANGUAGES
+
+_FENCE = re.compile(r"```([A-Za-z0-9+#]*)[ \t]*\n(.*?)```", re.DOTALL)
+
+
+@dataclass(frozen=True)
+class CodeRewardConfig:
+    """Settings of the ``code`` reward (``longcat.settings.reward.code``)."""
+
+    language: str = "python"
+    isolation: str = "auto"
+    score_mode: str = "all"
+    max_cases: int = 0
+    max_concurrent: int = 8
+    cpu_s: float = 5.0
+    wall_s: float = 10.0
+    memory_mb: int = 512
+    nproc: int = 32
+    fsize_mb: int = 16
+    python_call_mode: str = "batch"
+
+    def __post_init__(self) -> None:
+        if self.score_mode not in ("all", "pass_rate"):
+            raise ValueError(f"score_mode must be 'all' or 'pass_rate', got {self.score_mode!r}")
+
+    def limits(self) -> Limits:
+        return Limits(
+            cpu_s=self.cpu_s, wall_s=self.wall_s, memory_mb=self.memory_mb, nproc=self.nproc, fsize_mb=self.fsize_mb
+        )
+
+
+def extract_code(response: str, default_language: str) -> tuple[str | None, str]:
+    """(code, language) from the last fenced block whose tag is a known language (or untagged)."""
+    found: tuple[str | None, str] = (None, default_language)
+    for tag, body in _FENCE.findall(response or ""):
+        key = ALIASES.get(tag.lower(), tag.lower())
+        if key in LANGUAGES:
+            found = (body, key)
+        elif not tag:
+            found = (body, default_language)
+    return found
+
+
+_sandboxes: dict[tuple[Any, ...], Sandbox] = {}
+_lock = threading.Lock()
+
+
+def get_sandbox(cfg: CodeRewardConfig) -> Sandbox:
+    """One sandbox per distinct setting set per process (it owns the per-run uid slots)."""
+    key = (cfg.isolation, cfg.limits(), cfg.max_concurrent, cfg.python_call_mode)
+    with _lock:
+        if key not in _sandboxes:
+            _sandboxes[key] = Sandbox(
+                cfg.isolation, cfg.limits(), max_concurrent=cfg.max_concurrent, python_call_mode=cfg.python_call_mode
+            )
+        return _sandboxes[key]
+
+
+def _settings(overrides: dict[str, Any]) -> CodeRewardConfig:
+    from dataclasses import replace
+
+    from longcat_plugins.host import get_host
+
+    try:
+        base = get_host().settings_for("reward", "code")
+    except Exception:  # noqa: BLE001 - outside a configured host the defaults apply
+        base = CodeRewardConfig()
+    known = {k: v for k, v in overrides.items() if k in CodeRewardConfig.__dataclass_fields__}
+    return replace(base, **known) if known else base
+
+
+async def compute_score(
+    data_source: str,
+    solution_str: str,
+    ground_truth: Any,
+    extra_info: dict[str, Any] | None = None,
+    **kwargs: Any,
+) -> dict[str, Any]:
+    """verl reward function: run the response's program against ``ground_truth``'s test cases."""
+    cfg = _settings(kwargs)
+    language = str((extra_info or {}).get("language") or cfg.language)
+    try:
+        suite = parse_test_cases(ground_truth, cfg.max_cases)
+    except ValueError as exc:
+        return invalid(f"code reward ({data_source}): {exc}", pass_rate=0.0)
+    code, language = extract_code(solution_str, language)
+    if code is None:
+        return scored(0.0, acc=0.0, pass_rate=0.0)
+    try:
+        report = await get_sandbox(cfg).run(language, code, suite)
+    except (ValueError, RuntimeError) as exc:
+        return invalid(f"code reward ({data_source}): {exc}", pass_rate=0.0)
+    if report.infra_error:
+        return invalid(report.infra_error, pass_rate=0.0)
+    rate = report.pass_rate
+    score = rate if cfg.score_mode == "pass_rate" else float(report.all_passed)
+    return scored(score, acc=float(report.all_passed), pass_rate=rate)

@@ -1,0 +1,90 @@
+"""R1 math verification: extract the final answer, then check equivalence under a hard time limit.
+
+``compute_score`` is a verl ``custom_reward_function``. Scores: ``correct_score`` when the
+answer is equivalent to the reference, ``incorrect_score`` when it is not (or there is no
+answer); NaN and ``longcat_reward_valid = 0`` when the check timed out, crashed, or the
+reference itself cannot be parsed, so the sample is masked rather than punished.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+from longcat_plugins.rewards.math.extract import extract_answer
+from longcat_plugins.rewards.plain import plain
+from longcat_plugins.rewards.result import invalid, scored
+
+__all__ = ["MathRewardConfig", "compute_score", "extract_answer", "verify"]
+
+
+@dataclass(frozen=True)
+class MathRewardConfig:
+    """Settings of the ``math`` reward (``longcat.settings.reward.math``)."""
+
+    timeout_s: float = 5.0
+    workers: int = 2
+    memory_mb: int = 2048
+    correct_score: float = 1.0
+    incorrect_score: float = 0.0
+    #: uid the sympy workers drop to when the reward worker runs as root; -1 keeps root
+    drop_uid: int = 65534
+
+    def __post_init__(self) -> None:
+        if self.timeout_s <= 0:
+            raise ValueError(f"timeout_s must be > 0, got {self.timeout_s}")
+        if self.workers < 1:
+            raise ValueError(f"workers must be >= 1, got {self.workers}")
+
+
+def _settings(overrides: dict[str, Any]) -> MathRewardConfig:
+    from longcat_plugins.host import get_host
+
+    try:
+        base = get_host().settings_for("reward", "math")
+    except Exception:  # noqa: BLE001 - outside a configured host the defaults apply
+        base = MathRewardConfig()
+    known = {k: v for k, v in overrides.items() if k in MathRewardConfig.__dataclass_fields__}
+    if not known:
+        return base
+    from dataclasses import replace
+
+    return replace(base, **known)
+
+
+def verify(pred: str, gold: str, config: MathRewardConfig | None = None) -> tuple[str, str]:
+    """(verdict, detail) for one pair under the hard limit: equal, different, timeout, error, unparsable_reference."""
+    from longcat_plugins.rewards.math.pool import shared_pool
+
+    cfg = config or MathRewardConfig()
+    pool = shared_pool(cfg.workers, cfg.memory_mb, None if cfg.drop_uid < 0 else cfg.drop_uid)
+    return pool.check(pred, gold, cfg.timeout_s)
+
+
+def compute_score(
+    data_source: str,
+    solution_str: str,
+    ground_truth: Any,
+    extra_info: dict[str, Any] | None = None,
+    **kwargs: Any,
+) -> dict[str, Any]:
+    """verl reward function: 1.0 for an answer equivalent to ``ground_truth``; invalid when uncheckable."""
+    cfg = _settings(kwargs)
+    ground_truth = plain(ground_truth)
+    if ground_truth is None or (isinstance(ground_truth, str) and not ground_truth.strip()):
+        return invalid(f"math reward: empty ground_truth for data_source {data_source!r}")
+    golds = [str(g) for g in ground_truth] if isinstance(ground_truth, list | tuple) else [str(ground_truth)]
+    pred = extract_answer(solution_str or "")
+    if pred is None:
+        return scored(cfg.incorrect_score, acc=0.0)
+    errors = []
+    for gold in golds:
+        gold_answer = extract_answer(gold) if "\\boxed" in gold else gold
+        verdict, detail = verify(pred, gold_answer or gold, cfg)
+        if verdict == "equal":
+            return scored(cfg.correct_score, acc=1.0)
+        if verdict != "different":
+            errors.append(f"{verdict}: {detail}")
+    if errors and len(errors) == len(golds):
+        return invalid("math reward: " + "; ".join(errors))
+    return scored(cfg.incorrect_score, acc=0.0)

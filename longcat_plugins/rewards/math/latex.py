@@ -1,0 +1,204 @@
+"""A small LaTeX -> sympy-syntax translator for the subset real answers use.
+
+sympy's own ``parse_latex`` needs antlr4 4.11 (this environment has 4.9.3, which it rejects) or
+lark; neither is a dependency we want. Answers use a small subset: fractions, roots, powers,
+products, constants, trig/log functions, brackets. Anything else is kept as plain text and the
+equivalence check falls back to string comparison.
+"""
+
+from __future__ import annotations
+
+import re
+
+_DROP = (
+    r"\left",
+    r"\right",
+    r"\bigl",
+    r"\bigr",
+    r"\Bigl",
+    r"\Bigr",
+    r"\big",
+    r"\Big",
+    r"\displaystyle",
+    r"\textstyle",
+    r"\!",
+    r"\,",
+    r"\;",
+    r"\:",
+    r"\quad",
+    r"\qquad",
+    r"\limits",
+)
+_TEXT_CMDS = {"text", "textbf", "textit", "mathrm", "mathbf", "mathit", "mbox", "operatorname", "textrm", "boldsymbol"}
+_FUNCS = {
+    "sin": "sin",
+    "cos": "cos",
+    "tan": "tan",
+    "cot": "cot",
+    "sec": "sec",
+    "csc": "csc",
+    "arcsin": "asin",
+    "arccos": "acos",
+    "arctan": "atan",
+    "sinh": "sinh",
+    "cosh": "cosh",
+    "tanh": "tanh",
+    "ln": "log",
+    "log": "log",
+    "exp": "exp",
+}
+_SYMBOLS = {
+    "pi": "pi",
+    "infty": "oo",
+    "infinity": "oo",
+    "cdot": "*",
+    "times": "*",
+    "div": "/",
+    "ast": "*",
+    "le": "<=",
+    "leq": "<=",
+    "leqslant": "<=",
+    "ge": ">=",
+    "geq": ">=",
+    "geqslant": ">=",
+    "lt": "<",
+    "gt": ">",
+    "neq": "!=",
+    "ne": "!=",
+    "alpha": "alpha",
+    "beta": "beta",
+    "gamma": "gamma_",
+    "theta": "theta",
+    "lambda": "lamda",
+    "mu": "mu",
+    "sigma": "sigma",
+    "phi": "phi",
+    "omega": "omega",
+    "circ": "",
+    "degree": "",
+    "%": "",
+    "$": "",
+    "{": "(",
+    "}": ")",
+}
+
+
+class LatexError(ValueError):
+    """The input is not LaTeX this translator understands (unbalanced braces, unknown command)."""
+
+
+def _group(s: str, i: int) -> tuple[str, int]:
+    """Read one argument at ``s[i:]``: a ``{...}`` group or a single token; returns (content, next index)."""
+    while i < len(s) and s[i] == " ":
+        i += 1
+    if i >= len(s):
+        raise LatexError(f"missing argument at position {i}")
+    if s[i] == "{":
+        depth = 0
+        for j in range(i, len(s)):
+            if s[j] == "{":
+                depth += 1
+            elif s[j] == "}":
+                depth -= 1
+                if depth == 0:
+                    return s[i + 1 : j], j + 1
+        raise LatexError(f"unbalanced '{{' at position {i}")
+    if s[i] == "\\":
+        m = re.match(r"\\[a-zA-Z]+", s[i:])
+        if m:
+            return m.group(0), i + len(m.group(0))
+    return s[i], i + 1
+
+
+def _function_power(s: str, i: int) -> tuple[str | None, int]:
+    """``\\sin^2 x``: the exponent written between a function name and its argument."""
+    while i < len(s) and s[i] == " ":
+        i += 1
+    if i < len(s) and s[i] == "^":
+        return _group(s, i + 1)
+    return None, i
+
+
+def _function_argument(s: str, i: int) -> tuple[str, int]:
+    """A function's argument: ``(...)``, ``{...}`` or one token (``\\sin x``, ``\\ln 2``)."""
+    while i < len(s) and s[i] == " ":
+        i += 1
+    if i < len(s) and s[i] == "(":
+        depth = 0
+        for j in range(i, len(s)):
+            depth += s[j] == "("
+            depth -= s[j] == ")"
+            if depth == 0:
+                return s[i + 1 : j], j + 1
+        raise LatexError(f"unbalanced '(' at position {i}")
+    m = re.match(r"\\[a-zA-Z]+|[A-Za-z]|\d+(?:\.\d+)?", s[i:])
+    if s[i : i + 1] == "{" or not m:
+        return _group(s, i)
+    return m.group(0), i + len(m.group(0))
+
+
+def latex_to_sympy_text(s: str, depth: int = 0) -> str:
+    """Translate LaTeX ``s`` into text for ``sympy.parse_expr``; :class:`LatexError` when it cannot."""
+    if depth > 50:
+        raise LatexError("nesting deeper than 50 levels")
+    for token in _DROP:
+        s = s.replace(token, " ")
+    out: list[str] = []
+    i = 0
+    n = len(s)
+    while i < n:
+        ch = s[i]
+        if ch == "\\":
+            m = re.match(r"\\([a-zA-Z]+|.)", s[i:])
+            if not m:
+                raise LatexError(f"dangling backslash at position {i}")
+            name = m.group(1)
+            i += len(m.group(0))
+            if name in ("frac", "dfrac", "tfrac", "cfrac"):
+                num, i = _group(s, i)
+                den, i = _group(s, i)
+                out.append(f"(({latex_to_sympy_text(num, depth + 1)})/({latex_to_sympy_text(den, depth + 1)}))")
+            elif name == "sqrt":
+                index = None
+                if i < n and s[i] == "[":
+                    close = s.find("]", i)
+                    if close < 0:
+                        raise LatexError(f"unclosed '[' in \\sqrt at position {i}")
+                    index, i = s[i + 1 : close], close + 1
+                arg, i = _group(s, i)
+                inner = latex_to_sympy_text(arg, depth + 1)
+                if index is None:
+                    out.append(f"sqrt({inner})")
+                else:
+                    out.append(f"(({inner})**(1/({latex_to_sympy_text(index, depth + 1)})))")
+            elif name in _TEXT_CMDS:
+                arg, i = _group(s, i)
+                out.append(f" {latex_to_sympy_text(arg, depth + 1)} ")
+            elif name in _FUNCS:
+                expo, i = _function_power(s, i)
+                arg, i = _function_argument(s, i)
+                call = f"{_FUNCS[name]}({latex_to_sympy_text(arg, depth + 1)})"
+                out.append(f" ({call})**({latex_to_sympy_text(expo, depth + 1)})" if expo else f" {call}")
+            elif name in _SYMBOLS:
+                out.append(f" {_SYMBOLS[name]} ")
+            elif name in ("cup", "cap", "in", "pm", "mp", "mid", "to", "rightarrow"):
+                raise LatexError(f"\\{name} is not part of a single expression")
+            else:
+                raise LatexError(f"unknown LaTeX command \\{name}")
+        elif ch == "^":
+            arg, i = _group(s, i + 1)
+            if arg.strip() in (r"\circ", "circ", r"\degree"):
+                continue
+            out.append(f"**({latex_to_sympy_text(arg, depth + 1)})")
+        elif ch == "{":
+            arg, i = _group(s, i)
+            out.append(f"({latex_to_sympy_text(arg, depth + 1)})")
+        elif ch == "}":
+            raise LatexError(f"unbalanced '}}' at position {i}")
+        elif ch in "[]":
+            out.append("(" if ch == "[" else ")")
+            i += 1
+        else:
+            out.append(ch)
+            i += 1
+    return "".join(out)

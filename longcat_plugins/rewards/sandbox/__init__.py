@@ -1,0 +1,25 @@
+"""R3 code sandbox: compile once, run many test cases, strict limits, no network, nothing left behind.
+
+- :mod:`.limits` — per-run resource limits (CPU time, memory, processes, file size, wall time).
+- :mod:`.isolation` — the isolation levels (bwrap / namespaces / uid / rlimits), probed once.
+- :mod:`.languages` — how to compile and run each language.
+- :mod:`.testcases` — verl's ground-truth formats (prime_code / sandbox_fusion) as test cases.
+- :mod:`.runner` — the async batch API (asyncio subprocesses, no polling).
+"""
+
+from longcat_plugins.rewards.sandbox.isolation import IsolationLevel, available_levels, choose_level
+from longcat_plugins.rewards.sandbox.limits import Limits
+from longcat_plugins.rewards.sandbox.runner import CaseResult, Sandbox, SandboxReport
+from longcat_plugins.rewards.sandbox.testcases import TestCase, parse_test_cases
+
+__all__ = [
+    "CaseResult",
+    "IsolationLevel",
+    "Limits",
+    "Sandbox",
+    "SandboxReport",
+    "TestCase",
+    "available_levels",
+    "choose_level",
+    "parse_test_cases",
+]

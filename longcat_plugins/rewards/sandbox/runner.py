@@ -1,0 +1,401 @@
+"""The async batch API: ``await Sandbox().run(language, source, suite)``.
+
+One submission = one private run directory owned by one per-run uid, compiled once, then each
+test case run as its own process tree (stdin from a file, stdout/stderr to files in a second,
+root-only directory the program cannot touch, so output size is bounded by RLIMIT_FSIZE and
+no pipe can fill up). Waiting uses asyncio subprocesses (the event loop's child watcher), never
+a polling loop. On timeout the whole process group is SIGKILLed; after every abnormal case and
+at the end, every process of the run's uid is killed (``kill -9 -1`` as that uid), and both
+directories are removed.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import fcntl
+import json
+import logging
+import os
+import queue
+import random
+import shutil
+import signal
+import tempfile
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from longcat_plugins.rewards.sandbox.isolation import IsolationLevel, choose_level, make_preexec, wrap_argv
+from longcat_plugins.rewards.sandbox.languages import Language, get_language
+from longcat_plugins.rewards.sandbox.limits import COMPILE_LIMITS, Limits
+from longcat_plugins.rewards.sandbox.testcases import TestCase, TestSuite, stdout_matches, value_matches
+
+logger = logging.getLogger(__name__)
+
+#: per-uid lock files: a uid is used by one run at a time across every process on the machine
+UID_LOCK_DIR = "/run/longcat-sandbox-uids"
+_ENV = {"PATH": "/usr/local/bin:/usr/bin:/bin", "LANG": "C.UTF-8", "HOME": "/nonexistent", "PYTHONHASHSEED": "0"}
+
+_HARNESS = """
+import json, sys, traceback
+from typing import *
+import collections, heapq, bisect, itertools, functools, math, string, re
+from collections import *
+from heapq import *
+from itertools import *
+from functools import *
+from math import *
+ns = {"__name__": "solution"}
+exec(compile(open(sys.argv[1]).read(), "solution.py", "exec"), ns)
+fn_name = sys.argv[2]
+for line in open(sys.argv[3]):
+    args = json.loads(line)
+    try:
+        fn = ns.get(fn_name) or getattr(ns["Solution"](), fn_name)
+        value = fn(*args)
+        if isinstance(value, tuple):
+            value = list(value)
+        out = {"ok": True, "value": value}
+    except BaseException as exc:
+        out = {"ok": False, "error": type(exc).__name__ + ": " + str(exc)[:200]}
+    try:
+        sys.__stdout__.write("\\x00LCRES" + json.dumps(out) + "\\n")
+    except (TypeError, ValueError):
+        sys.__stdout__.write("\\x00LCRES" + json.dumps({"ok": True, "value": repr(out.get("value"))}) + "\\n")
+    sys.__stdout__.flush()
+"""
+
+
+def live_pids_of_uid(uid: int) -> list[int]:
+    """Pids whose real uid is ``uid`` and that are not zombies (zombies hold no resources but a pid)."""
+    pids = []
+    for entry in os.listdir("/proc"):
+        if not entry.isdigit():
+            continue
+        try:
+            with open(f"/proc/{entry}/status") as f:
+                status = f.read()
+        except OSError:
+            continue
+        uid_line = status[status.find("\nUid:") + 5 :].split(None, 1)[0] if "\nUid:" in status else ""
+        state = status[status.find("\nState:") + 7 :].split(None, 1)[0] if "\nState:" in status else ""
+        if uid_line == str(uid) and state != "Z":
+            pids.append(int(entry))
+    return pids
+
+
+@dataclass
+class ProcResult:
+    """One process tree's outcome."""
+
+    returncode: int | None
+    wall_s: float
+    stdout: str
+    stderr: str
+    timed_out: bool
+
+    @property
+    def status(self) -> str:
+        if self.timed_out or self.returncode in (-signal.SIGXCPU, -signal.SIGKILL):
+            return "time_limit"
+        if self.returncode == -signal.SIGXFSZ:
+            return "output_limit"
+        return "ok" if self.returncode == 0 else "runtime_error"
+
+
+@dataclass
+class CaseResult:
+    passed: bool
+    status: str  # passed, wrong_answer, runtime_error, time_limit, output_limit
+    wall_s: float = 0.0
+    detail: str = ""
+
+
+@dataclass
+class SandboxReport:
+    """Outcome of one submission. ``infra_error`` set means the sandbox itself failed: invalid."""
+
+    language: str
+    isolation: str
+    compiled: bool = True
+    compile_error: str = ""
+    cases: list[CaseResult] = field(default_factory=list)
+    infra_error: str = ""
+    wall_s: float = 0.0
+
+    @property
+    def pass_rate(self) -> float:
+        return sum(c.passed for c in self.cases) / len(self.cases) if self.cases else 0.0
+
+    @property
+    def all_passed(self) -> bool:
+        return bool(self.cases) and all(c.passed for c in self.cases)
+
+
+class Sandbox:
+    """Runs untrusted programs; one instance can serve many concurrent submissions."""
+
+    def __init__(
+        self,
+        isolation: str = "auto",
+        limits: Limits | None = None,
+        compile_limits: Limits = COMPILE_LIMITS,
+        max_concurrent: int = 8,
+        work_root: str | None = None,
+        uid_base: int = 61000,
+        uid_count: int = 1000,
+        python_call_mode: str = "batch",
+    ) -> None:
+        if python_call_mode not in ("batch", "per_case"):
+            raise ValueError(f"python_call_mode must be 'batch' or 'per_case', got {python_call_mode!r}")
+        self.level: IsolationLevel = choose_level(isolation)
+        self.limits = limits or Limits()
+        self.compile_limits = compile_limits
+        self.python_call_mode = python_call_mode
+        self.is_root = os.geteuid() == 0
+        root = work_root or ("/run/longcat-sandbox" if self.is_root and os.path.isdir("/run") else None)
+        root = root or os.path.join(tempfile.gettempdir(), f"longcat-sandbox-{os.getuid()}")
+        os.makedirs(root, mode=0o711, exist_ok=True)
+        self.work_root = os.path.realpath(root)
+        self._check_work_root()
+        self.uid_base = uid_base
+        self.uid_count = uid_count
+        self._slots: queue.Queue[int] = queue.Queue()
+        for slot in range(max_concurrent):
+            self._slots.put(slot)
+
+    def _check_work_root(self) -> None:
+        """The run dirs must stay visible to the program: reachable by its uid, not under a private tmp."""
+        root = self.work_root
+        if self.level is IsolationLevel.NAMESPACES and any(
+            root == d or root.startswith(d + "/") for d in ("/tmp", "/var/tmp", "/dev/shm")
+        ):
+            raise ValueError(f"sandbox work_root {root!r} is under a directory the namespaces level hides")
+        if self.is_root and self.level is not IsolationLevel.RLIMITS:
+            path = root
+            while path != "/":
+                if not os.stat(path).st_mode & 0o001:
+                    raise ValueError(f"sandbox work_root {root!r}: {path!r} is not searchable by the sandbox uid")
+                path = os.path.dirname(path)
+
+    # -- slots -------------------------------------------------------------------------------
+    async def _acquire(self) -> int:
+        try:
+            return self._slots.get_nowait()
+        except queue.Empty:
+            return await asyncio.to_thread(self._slots.get)
+
+    async def _lock_uid(self) -> tuple[int | None, int | None]:
+        """(uid, lock fd): a uid no other run on this machine holds (flock, released if we die)."""
+        if not self.is_root or self.level is IsolationLevel.RLIMITS:
+            return None, None
+        os.makedirs(UID_LOCK_DIR, mode=0o700, exist_ok=True)
+        while True:
+            offset = random.randrange(self.uid_count)
+            for k in range(self.uid_count):
+                uid = self.uid_base + (offset + k) % self.uid_count
+                fd = os.open(os.path.join(UID_LOCK_DIR, f"{uid}.lock"), os.O_CREAT | os.O_RDWR, 0o600)
+                try:
+                    fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+                except BlockingIOError:
+                    os.close(fd)
+                    continue
+                if live_pids_of_uid(uid):  # a crashed holder's leftovers: clean before reuse
+                    await self._sweep(uid)
+                return uid, fd
+            await asyncio.sleep(0.05)  # every uid of the range busy machine-wide: rare, wait
+
+    # -- processes -----------------------------------------------------------------------------
+    async def exec(
+        self, argv: list[str], run_dir: str, io_dir: str, limits: Limits, uid: int | None, stdin: str = ""
+    ) -> ProcResult:
+        """Run ``argv`` in ``run_dir`` under ``limits`` as ``uid``; never longer than ``limits.wall_s``."""
+        fd, in_path = tempfile.mkstemp(dir=io_dir, prefix="in")
+        with os.fdopen(fd, "w") as f:
+            f.write(stdin)
+        out_path, err_path = in_path + ".out", in_path + ".err"
+        start = time.monotonic()
+        timed_out = False
+        with open(in_path, "rb") as fin, open(out_path, "wb") as fout, open(err_path, "wb") as ferr:
+            proc = await asyncio.create_subprocess_exec(
+                *wrap_argv(self.level, argv, run_dir, dedicated_uid=uid is not None),
+                stdin=fin,
+                stdout=fout,
+                stderr=ferr,
+                cwd=run_dir,
+                env=_ENV,
+                preexec_fn=make_preexec(self.level, limits, uid),
+            )
+            try:
+                await asyncio.wait_for(proc.wait(), limits.wall_s)
+            except TimeoutError:
+                timed_out = True
+                proc.terminate()  # the reaper kills the run and reaps it; SIGKILL below is the backstop
+                try:
+                    await asyncio.wait_for(proc.wait(), 2.0)
+                except TimeoutError:
+                    pass
+            finally:
+                try:
+                    os.killpg(proc.pid, signal.SIGKILL)
+                except (ProcessLookupError, PermissionError):
+                    pass
+                if proc.returncode is None:
+                    await proc.wait()
+        wall = time.monotonic() - start
+
+        def read(path: str) -> str:
+            with open(path, "rb") as f:
+                return f.read(limits.output_bytes).decode(errors="replace")
+
+        result = ProcResult(proc.returncode, wall, read(out_path), read(err_path), timed_out)
+        for p in (in_path, out_path, err_path):
+            os.unlink(p)
+        return result
+
+    async def _sweep(self, uid: int | None) -> None:
+        """Kill every process of ``uid`` (escaped the group or not): ``kill -9 -1`` run as that uid."""
+        if uid is None:
+            return
+        proc = await asyncio.create_subprocess_exec(
+            "/bin/kill",
+            "-9",
+            "-1",
+            stdout=asyncio.subprocess.DEVNULL,
+            stderr=asyncio.subprocess.DEVNULL,
+            preexec_fn=lambda: (os.setgroups([]), os.setgid(uid), os.setuid(uid)),
+        )
+        await proc.wait()
+        # kill(-1) can miss children forked while it runs (a fork bomb): kill stragglers until none live
+        for _ in range(100):
+            pids = live_pids_of_uid(uid)
+            if not pids:
+                return
+            for pid in pids:
+                try:
+                    os.kill(pid, signal.SIGKILL)
+                except (ProcessLookupError, PermissionError):
+                    pass
+            await asyncio.sleep(0.01)
+        logger.error("code sandbox: processes of uid %d survive repeated SIGKILL: %s", uid, live_pids_of_uid(uid))
+
+    # -- submissions ---------------------------------------------------------------------------
+    async def run(self, language: str | Language, source: str, suite: TestSuite) -> SandboxReport:
+        """Compile ``source`` once and run every case of ``suite``; infra failures land in ``infra_error``."""
+        lang = get_language(language) if isinstance(language, str) else language
+        report = SandboxReport(lang.name, self.level.value)
+        start = time.monotonic()
+        slot = await self._acquire()
+        uid, lock_fd = await self._lock_uid()
+        run_dir = io_dir = None
+        try:
+            run_dir = tempfile.mkdtemp(dir=self.work_root, prefix="run")
+            io_dir = tempfile.mkdtemp(dir=self.work_root, prefix="io")
+            if uid is not None:
+                os.chown(run_dir, uid, uid)
+            os.chmod(run_dir, 0o700)
+            await self._run_in(lang, source, suite, run_dir, io_dir, uid, report)
+        except OSError as exc:
+            report.infra_error = f"sandbox error: {type(exc).__name__}: {exc}"
+            logger.warning("code sandbox: %s", report.infra_error)
+        finally:
+            await self._sweep(uid)
+            for d in (run_dir, io_dir):
+                if d:
+                    shutil.rmtree(d, ignore_errors=True)
+            if lock_fd is not None:
+                os.close(lock_fd)
+            self._slots.put(slot)
+            report.wall_s = time.monotonic() - start
+        return report
+
+    async def _run_in(
+        self,
+        lang: Language,
+        source: str,
+        suite: TestSuite,
+        run_dir: str,
+        io_dir: str,
+        uid: int | None,
+        report: SandboxReport,
+    ) -> None:
+        src = os.path.join(run_dir, lang.source_name)
+        exe = os.path.join(run_dir, lang.exe_name)
+        Path(src).write_text(source)
+        os.chmod(src, 0o644)
+        compile_argv = lang.compile_argv(src, exe)
+        if compile_argv and not all(c.assert_code is not None for c in suite.cases):
+            res = await self.exec(compile_argv, run_dir, io_dir, self.compile_limits, uid)
+            if res.stderr.startswith("bwrap:"):
+                raise OSError(f"isolation failed: {res.stderr.strip()[:300]}")
+            if res.status != "ok":
+                report.compiled = False
+                report.compile_error = (res.stderr or res.status)[-2000:]
+                report.cases = [CaseResult(False, "compile_error") for _ in suite.cases]
+                return
+        if suite.fn_name is not None:
+            if lang.name != "python":
+                raise ValueError(f"call-based test cases (fn_name) need python, not {lang.name}")
+            await self._run_call_based(src, suite, run_dir, io_dir, uid, report)
+            return
+        for case in suite.cases:
+            report.cases.append(await self._run_case(lang, case, src, exe, run_dir, io_dir, uid))
+
+    async def _run_case(
+        self, lang: Language, case: TestCase, src: str, exe: str, run_dir: str, io_dir: str, uid: int | None
+    ) -> CaseResult:
+        if case.assert_code is not None:
+            prog = os.path.join(run_dir, "case_" + lang.source_name)
+            Path(prog).write_text(Path(src).read_text() + "\n\n" + case.assert_code)
+            os.chmod(prog, 0o644)
+            res = await self.exec(lang.run_argv(prog, exe), run_dir, io_dir, self.limits, uid)
+        else:
+            res = await self.exec(lang.run_argv(src, exe), run_dir, io_dir, self.limits, uid, case.stdin)
+        if res.status != "ok":
+            await self._sweep(uid)
+            return CaseResult(False, res.status, res.wall_s, res.stderr[-500:])
+        if case.assert_code is not None or stdout_matches(res.stdout, case.expected or ""):
+            return CaseResult(True, "passed", res.wall_s)
+        return CaseResult(False, "wrong_answer", res.wall_s, f"got {res.stdout[:200]!r}")
+
+    async def _run_call_based(
+        self, src: str, suite: TestSuite, run_dir: str, io_dir: str, uid: int | None, report: SandboxReport
+    ) -> None:
+        harness = os.path.join(run_dir, "harness.py")
+        Path(harness).write_text(_HARNESS)
+        os.chmod(harness, 0o644)
+        python = get_language("python").run[0]
+        groups = [suite.cases] if self.python_call_mode == "batch" else [[c] for c in suite.cases]
+        for group in groups:
+            cases_path = os.path.join(run_dir, "cases.jsonl")
+            Path(cases_path).write_text("".join(json.dumps(c.args) + "\n" for c in group))
+            os.chmod(cases_path, 0o644)
+            n = len(group)
+            limits = Limits(
+                cpu_s=min(self.limits.cpu_s * n, 120.0),
+                wall_s=min(self.limits.wall_s * n, 180.0),
+                memory_mb=self.limits.memory_mb,
+                nproc=self.limits.nproc,
+                fsize_mb=self.limits.fsize_mb,
+                nofile=self.limits.nofile,
+                output_bytes=self.limits.output_bytes * 4,
+            )
+            argv = [python, "-I", "-S", "-B", harness, src, suite.fn_name or "", cases_path]
+            res = await self.exec(argv, run_dir, io_dir, limits, uid)
+            lines = [ln[6:] for ln in res.stdout.split("\n") if ln.startswith("\x00LCRES")]
+            for k, case in enumerate(group):
+                if k >= len(lines):
+                    status = res.status if res.status != "ok" else "runtime_error"
+                    report.cases.append(CaseResult(False, status, res.wall_s, res.stderr[-500:]))
+                    continue
+                out = json.loads(lines[k])
+                if not out["ok"]:
+                    report.cases.append(CaseResult(False, "runtime_error", res.wall_s, out["error"]))
+                elif value_matches(out["value"], case.expected_value):
+                    report.cases.append(CaseResult(True, "passed", res.wall_s / n))
+                else:
+                    report.cases.append(
+                        CaseResult(False, "wrong_answer", res.wall_s / n, f"got {out['value']!r}"[:200])
+                    )
+            if res.status != "ok":
+                await self._sweep(uid)

@@ -1,0 +1,264 @@
+"""R3 code sandbox: correct, wrong, crashing and slow programs in Python and C++; hostile
+programs (fork bomb, infinite loop, memory bomb, network, writes outside the run dir, killing
+the parent, escaping the process group) contained at every isolation level available, with
+nothing left behind."""
+
+from __future__ import annotations
+
+import asyncio
+import math
+import os
+import shutil
+import socket
+import tempfile
+import threading
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from longcat_plugins.rewards import code as code_reward
+from longcat_plugins.rewards.result import VALID_KEY
+from longcat_plugins.rewards.sandbox import IsolationLevel, Limits, Sandbox, available_levels, parse_test_cases
+from longcat_plugins.rewards.sandbox.isolation import IsolationUnavailable, choose_level
+
+LIMITS = Limits(cpu_s=1.0, wall_s=3.0, memory_mb=256, nproc=16, fsize_mb=1)
+LEVELS = [lv for lv, why in available_levels().items() if why is None]
+ADD = parse_test_cases({"inputs": ["1 2\n", "3 4\n", "10 -3\n"], "outputs": ["3\n", "7\n", "7\n"]})
+PY_ADD = "a, b = map(int, input().split())\nprint(a + b)\n"
+CPP_ADD = '#include <cstdio>\nint main(){long a,b; scanf("%ld %ld",&a,&b); printf("%ld\\n", a+b);}\n'
+
+
+def run(sb: Sandbox, lang: str, src: str, suite=ADD):  # noqa: ANN001, ANN201 - test helper
+    return asyncio.run(sb.run(lang, src, suite))
+
+
+def uid_processes(sb: Sandbox) -> list[int]:
+    """Live pids owned by any of the sandbox's per-run uids. Zombies are dead already (bwrap's
+    namespace init, orphaned when the sweep kills it, waits for PID 1 to reap it) and skipped."""
+    uids = {str(sb.uid_base + k) for k in range(sb.uid_count)}
+    pids = []
+    for pid in os.listdir("/proc"):
+        if not pid.isdigit():
+            continue
+        try:
+            status = Path(f"/proc/{pid}/status").read_text()
+        except OSError:
+            continue
+        fields = {ln.split(":")[0]: ln.split()[1:] for ln in status.splitlines() if ":" in ln and ln.split()[1:]}
+        if fields.get("Uid", [""])[0] in uids and fields.get("State", ["?"])[0] != "Z":
+            pids.append(int(pid))
+    return pids
+
+
+def assert_clean(sb: Sandbox) -> None:
+    assert os.listdir(sb.work_root) == [], os.listdir(sb.work_root)
+    if sb.level is not IsolationLevel.RLIMITS:
+        assert uid_processes(sb) == []
+
+
+@pytest.fixture
+def work_root() -> Iterator[str]:
+    """A run-dir root the sandbox uid can reach and the namespaces level does not hide (not /tmp)."""
+    base = "/run" if os.geteuid() == 0 and os.path.isdir("/run") else None
+    path = tempfile.mkdtemp(prefix="lcsbx-test-", dir=base)
+    os.chmod(path, 0o711)
+    yield path
+    shutil.rmtree(path, ignore_errors=True)
+
+
+@pytest.fixture(params=LEVELS, ids=lambda lv: lv.value)
+def sandbox(request: pytest.FixtureRequest, work_root: str) -> Sandbox:
+    return Sandbox(request.param.value, LIMITS, work_root=work_root, max_concurrent=4)
+
+
+def test_levels_probed_and_auto_picks_the_strongest() -> None:
+    levels = available_levels()
+    # as root, running without a uid drop is refused: the program would be root
+    assert (levels[IsolationLevel.RLIMITS] is None) == (os.geteuid() != 0)
+    first = next(lv for lv in IsolationLevel if levels[lv] is None)
+    assert choose_level("auto") is first
+    with pytest.raises(ValueError, match="unknown"):
+        choose_level("chroot")
+
+
+def test_unavailable_level_is_a_clear_error(monkeypatch: pytest.MonkeyPatch) -> None:
+    from longcat_plugins.rewards.sandbox import isolation
+
+    monkeypatch.setattr(isolation, "available_levels", lambda: {lv: "no bwrap here" for lv in IsolationLevel})
+    with pytest.raises(IsolationUnavailable, match="no bwrap here"):
+        isolation.choose_level("bwrap")
+
+
+@pytest.mark.parametrize(("lang", "src"), [("python", PY_ADD), ("cpp", CPP_ADD)])
+def test_correct_wrong_crash_compile_error(sandbox: Sandbox, lang: str, src: str) -> None:
+    ok = run(sandbox, lang, src)
+    assert ok.all_passed and ok.pass_rate == 1.0, ok
+    wrong = run(sandbox, lang, src.replace("a + b", "a * b").replace("a+b", "a*b"))
+    assert [c.status for c in wrong.cases] == ["wrong_answer", "wrong_answer", "wrong_answer"]
+    crash = run(sandbox, lang, "raise SystemExit(3)" if lang == "python" else "int main(){return *(int*)0;}")
+    assert {c.status for c in crash.cases} == {"runtime_error"}
+    broken = run(sandbox, lang, "def f(:\n" if lang == "python" else "int main( {")
+    assert not broken.compiled and broken.compile_error and broken.pass_rate == 0.0
+    assert_clean(sandbox)
+
+
+def test_cpp_compiles_once(sandbox: Sandbox, monkeypatch: pytest.MonkeyPatch) -> None:
+    calls: list[list[str]] = []
+    real = sandbox.exec
+
+    async def spy(argv, *a, **kw):  # noqa: ANN001, ANN002, ANN003, ANN202
+        calls.append(argv)
+        return await real(argv, *a, **kw)
+
+    monkeypatch.setattr(sandbox, "exec", spy)
+    assert run(sandbox, "cpp", CPP_ADD).all_passed
+    assert sum("g++" in argv for argv in calls) == 1 and len(calls) == 1 + 3
+
+
+def test_call_based_cases_batch_and_per_case(work_root: str) -> None:
+    suite = parse_test_cases({"fn_name": "add", "inputs": [[1, 2], [3, 4], [0, 0]], "outputs": [3, [7], 1]})
+    for mode in ("batch", "per_case"):
+        sb = Sandbox("auto", LIMITS, work_root=os.path.join(work_root, mode), python_call_mode=mode)
+        rep = run(sb, "python", "class Solution:\n    def add(self, a, b):\n        return a + b\n", suite)
+        assert [c.passed for c in rep.cases] == [True, True, False], (mode, rep)
+        assert_clean(sb)
+
+
+def test_slow_program_is_time_limited(sandbox: Sandbox) -> None:
+    start = time.monotonic()
+    rep = run(sandbox, "python", "import time\ntime.sleep(30)\n", parse_test_cases({"inputs": [""], "outputs": [""]}))
+    assert rep.cases[0].status == "time_limit"
+    assert time.monotonic() - start < LIMITS.wall_s + 2
+    assert_clean(sandbox)
+
+
+HOSTILE = {
+    "infinite_loop": "while True:\n    pass\n",
+    "fork_bomb": "import os\nwhile True:\n    try:\n        os.fork()\n    except OSError:\n        pass\n",
+    "memory_bomb": "x = []\nwhile True:\n    x.append(bytearray(10**7))\n",
+    "output_flood": "import sys\nwhile True:\n    sys.stdout.write('y' * 65536)\n",
+    "kill_parent": (
+        "import os, signal\n"
+        "for pid in (os.getppid(), 1):\n"
+        "    try:\n        os.kill(pid, signal.SIGKILL)\n    except OSError:\n        pass\n"
+        "os.system('kill -9 -1 2>/dev/null')\nprint('alive')\n"
+    ),
+    "escape_group": (
+        "import os, time\n"
+        "if os.fork() == 0:\n    os.setsid()\n    if os.fork() == 0:\n        time.sleep(60)\n    os._exit(0)\n"
+        "print('bye')\n"
+    ),
+}
+
+
+@pytest.mark.parametrize("name", list(HOSTILE))
+def test_hostile_programs_are_contained(sandbox: Sandbox, name: str) -> None:
+    suite = parse_test_cases({"inputs": [""], "outputs": ["never"]})
+    start = time.monotonic()
+    rep = run(sandbox, "python", HOSTILE[name], suite)
+    assert not rep.infra_error, rep
+    assert not rep.all_passed
+    assert time.monotonic() - start < LIMITS.wall_s + 3
+    assert_clean(sandbox)
+    # the host and the next run are unaffected
+    assert run(sandbox, "python", PY_ADD).all_passed
+
+
+def test_network_is_blocked(sandbox: Sandbox) -> None:
+    server = socket.socket()
+    server.bind(("127.0.0.1", 0))
+    server.listen(5)
+    server.settimeout(0.1)
+    port = server.getsockname()[1]
+    prog = (
+        "import socket\ns = socket.socket()\ns.settimeout(1)\n"
+        f"try:\n    s.connect(('127.0.0.1', {port}))\n    s.sendall(b'x')\n    print('connected')\n"
+        "except OSError:\n    print('blocked')\n"
+    )
+    rep = run(sandbox, "python", prog, parse_test_cases({"inputs": [""], "outputs": ["blocked"]}))
+    try:
+        accepted = server.accept()[0] is not None
+    except TimeoutError:
+        accepted = False
+    server.close()
+    if sandbox.level in (IsolationLevel.BWRAP, IsolationLevel.NAMESPACES):
+        assert rep.all_passed and not accepted, rep.cases[0].detail
+    else:  # documented: uid and rlimits levels do not isolate the network
+        assert accepted or rep.cases[0].status == "wrong_answer"
+
+
+def test_writes_outside_the_run_dir_are_blocked(sandbox: Sandbox, tmp_path: Path) -> None:
+    private = tmp_path / "host_private"
+    private.mkdir(mode=0o700)
+    os.chmod(tmp_path, 0o755)
+    token = f"lc_escape_{os.getpid()}_{sandbox.level.value}"
+    targets = [str(private / "pwned"), f"/tmp/{token}", f"/var/tmp/{token}"]
+    prog = (
+        "import sys\n"
+        f"for path in {targets!r}:\n"
+        "    try:\n        open(path, 'w').write('x')\n        print('wrote', path)\n"
+        "    except OSError:\n        print('denied', path)\n"
+    )
+    rep = run(sandbox, "python", prog, parse_test_cases({"inputs": [""], "outputs": [""]}))
+    assert not rep.infra_error
+    if sandbox.level is not IsolationLevel.RLIMITS:
+        assert not (private / "pwned").exists()
+    if sandbox.level in (IsolationLevel.BWRAP, IsolationLevel.NAMESPACES):
+        assert not os.path.exists(f"/tmp/{token}") and not os.path.exists(f"/var/tmp/{token}")
+    for leftover in (f"/tmp/{token}", f"/var/tmp/{token}"):
+        if os.path.exists(leftover):
+            os.unlink(leftover)
+
+
+def test_concurrent_runs_do_not_disturb_each_other(work_root: str) -> None:
+    sb = Sandbox("auto", LIMITS, work_root=work_root, max_concurrent=3)
+    bomb = parse_test_cases({"inputs": [""], "outputs": ["never"]})
+
+    async def both():  # noqa: ANN202
+        return await asyncio.gather(
+            sb.run("python", HOSTILE["fork_bomb"], bomb),
+            sb.run("python", HOSTILE["memory_bomb"], bomb),
+            sb.run("python", PY_ADD, ADD),
+        )
+
+    _, _, good = asyncio.run(both())
+    assert good.all_passed, good
+    assert_clean(sb)
+
+
+def test_code_reward_compute_score() -> None:
+    gt = '{"inputs": ["1 2\\n", "3 4\\n"], "outputs": ["3\\n", "7\\n"]}'
+    ok = asyncio.run(code_reward.compute_score("apps", f"Here:\n```python\n{PY_ADD}```", gt))
+    assert ok["score"] == 1.0 and ok[VALID_KEY] == 1.0
+    cpp = asyncio.run(code_reward.compute_score("apps", f"```cpp\n{CPP_ADD}```", gt))
+    assert cpp["score"] == 1.0
+    half = asyncio.run(code_reward.compute_score("apps", "```python\nprint(3)\n```", gt, score_mode="pass_rate"))
+    assert half["score"] == 0.5 and half["acc"] == 0.0
+    none = asyncio.run(code_reward.compute_score("apps", "no code here", gt))
+    assert none["score"] == 0.0 and none[VALID_KEY] == 1.0
+    bad = asyncio.run(code_reward.compute_score("apps", "```python\nprint(1)\n```", '{"inputs": [1]}'))
+    assert bad[VALID_KEY] == 0.0 and math.isnan(bad["score"]) and "outputs" in bad["longcat_reward_error"]
+
+
+def test_threads_still_work_after_runs() -> None:
+    """preexec_fn runs only in the child: the host process keeps its threads and uid."""
+    assert os.geteuid() == os.getuid()
+    t = threading.Thread(target=lambda: None)
+    t.start()
+    t.join()
+
+
+def test_python_reaper_fallback(work_root: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Without a C compiler the Python reaper does the same job (slower to start)."""
+    from longcat_plugins.rewards.sandbox import isolation
+
+    monkeypatch.setattr(
+        isolation, "reaper_argv", lambda: (isolation._reaper_python(), "-I", "-S", "-c", isolation._REAPER)
+    )
+    sb = Sandbox("auto", LIMITS, work_root=work_root)
+    assert run(sb, "python", PY_ADD).all_passed
+    rep = run(sb, "python", HOSTILE["fork_bomb"], parse_test_cases({"inputs": [""], "outputs": ["x"]}))
+    assert rep.cases[0].status in ("time_limit", "runtime_error")
+    assert_clean(sb)
