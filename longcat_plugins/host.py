@@ -250,6 +250,15 @@ _host: Host | None = None
 _building = False
 
 
+_after_build: list[Callable[[Host], None]] = []
+
+
+def on_host_built(callback: Callable[[Host], None]) -> None:
+    """Call ``callback(host)`` whenever the process-wide host has just been built (the bridge
+    uses it to register what was imported while plugins were loading)."""
+    _after_build.append(callback)
+
+
 def get_host() -> Host:
     """The process-wide host, built on first use from the environment's selection."""
     global _host, _building
@@ -262,6 +271,8 @@ def get_host() -> Host:
                 _host = Host(Selection.from_env()).load()
             finally:
                 _building = False
+            for callback in _after_build:
+                callback(_host)
         return _host
 
 

@@ -135,10 +135,17 @@ class Bridge:
                 return
             host = host_mod.get_host()
             self._sync_module(module, host)
-            while self._pending:
-                self._sync_module(self._pending.pop(), host)
+            self.flush_pending(host)
         except Exception:  # never break the import of a verl module
             logger.warning("longcat-plugins: registering components into %s failed", module.__name__, exc_info=True)
+
+    def flush_pending(self, host: host_mod.Host) -> None:
+        """Registries imported by a plugin while the host was being built (whoever built it)."""
+        try:
+            while self._pending:
+                self._sync_module(self._pending.pop(), host)
+        except Exception:  # never break the caller of get_host
+            logger.warning("longcat-plugins: registering components after the host was built failed", exc_info=True)
 
     def sync(self, host: host_mod.Host | None = None) -> None:
         """Bring every already-imported registry in line with ``host`` (after a re-selection)."""
@@ -212,6 +219,7 @@ def _warn_once(message: str, detail: str = "") -> None:
 
 
 bridge = Bridge()
+host_mod.on_host_built(bridge.flush_pending)
 
 
 def _install() -> None:

@@ -5,6 +5,11 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 PY=${PYTHON:-python3}
+# the code sandbox's strongest isolation level uses bubblewrap; best effort (tests skip a level
+# that is unavailable, and the sandbox says which level it picked)
+if ! command -v bwrap >/dev/null 2>&1 && command -v apt-get >/dev/null 2>&1 && [ "$(id -u)" = 0 ]; then
+  (apt-get update -qq && apt-get install -y -qq bubblewrap >/dev/null) || echo "note: could not install bubblewrap; the sandbox will use a weaker isolation level" >&2
+fi
 if [ ! -x .venv/bin/python ]; then
   "$PY" -m venv .venv
   .venv/bin/python -m pip install -q --upgrade pip

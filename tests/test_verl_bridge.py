@@ -87,3 +87,20 @@ def test_when_imported_fires_after_import_and_for_already_imported() -> None:
         sys.modules.pop(name, None)
         (mod_dir / f"{name}.py").unlink()
         mod_dir.rmdir()
+
+
+def test_registry_imported_while_plugins_load_is_filled_once_the_host_is_built(fake_site: Path) -> None:
+    """A plugin importing a verl registry module during discovery queues it; building the host
+    from anywhere (not only from the bridge) must then register into it."""
+    source = "import verl.trainer.ppo.core_algos\n" + textwrap.dedent(loss_plugin("early_loss"))
+    make_dist(fake_site, "early-dist", {"early_rl": source}, {"early": "early_rl"})
+    proc = run_python(
+        """
+        import sys
+        from longcat_plugins.host import get_host
+        get_host()
+        print("early_loss" in sys.modules["verl.trainer.ppo.core_algos"].POLICY_LOSS_REGISTRY)
+        """
+    )
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    assert proc.stdout.strip().splitlines()[-1] == "True"
