@@ -67,12 +67,12 @@ def test_existing_output_needs_overwrite(tmp_path: Path, inputs: tuple) -> None:
     refused = invoke("fuse", str(config))
     assert refused.exit_code == 2 and "already exists" in refused.output and "--overwrite" in refused.output
     assert list((tmp_path / "fused").iterdir()) == []
-    assert invoke("fuse", str(config), "--overwrite").exit_code == 0
+    assert invoke("fuse", str(config), "--overwrite", "--no-prefetch").exit_code == 0
     assert (tmp_path / "fused" / "fusion.json").exists()
 
 
 def test_dry_run_writes_nothing(tmp_path: Path, inputs: tuple) -> None:
-    config = good_config(tmp_path, inputs)
+    config = good_config(tmp_path, inputs, params=None)  # `params:` left empty: the method's defaults
     result = invoke("fuse", str(config), "--dry-run")
     assert result.exit_code == 0 and "nothing written" in result.output, result.output
     assert not (tmp_path / "fused").exists()

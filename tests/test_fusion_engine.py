@@ -15,6 +15,8 @@ from test_fusion_support import leftovers, random_family, read_checkpoint, save_
 
 from longcat_plugins import FusionMethod, hookimpl
 from longcat_plugins.fusion import CheckpointError, MismatchError, OutputError, fuse
+from longcat_plugins.fusion.contract import TensorContext
+from longcat_plugins.testing import HostFactory
 
 
 def digest(path: Path) -> dict[str, str]:
@@ -48,6 +50,22 @@ def test_output_has_the_base_layout_and_side_files(family: tuple, tmp_path: Path
     assert all(0.4 < e.fractions["dropped"] < 0.6 for e in report.experts)
     assert [round(e.delta_norm, 6) for e in report.experts] == sorted(round(e.delta_norm, 6) for e in report.experts)
     assert leftovers(out.parent) == []
+
+
+@pytest.mark.parametrize(
+    ("method", "params"),
+    [("longcat", {"normalize": "global"}), ("longcat", {"normalize": "tensor"}), ("ties", {}), ("elementwise_max", {})],
+)
+def test_reported_task_vector_norms(
+    family: tuple, tmp_path: Path, method: str, params: dict, longcat_host_factory: HostFactory
+) -> None:
+    """‖θ_i − θ_base‖ over every tensor, whether the method reports Σδ² itself or the engine computes it."""
+    base, experts, base_dir, expert_dirs = family
+    host = longcat_host_factory(("toy", _ToyPlugin()), builtins=True)
+    report = fuse(base_dir, expert_dirs, tmp_path / "out", method=method, params=params, host=host)
+    for rep, expert in zip(report.experts, experts, strict=True):
+        want = sum(float(((expert[n].double() - b.double()) ** 2).sum()) for n, b in base.items()) ** 0.5
+        assert rep.delta_norm == pytest.approx(want, rel=1e-5)
 
 
 def test_fixed_seed_reproduces_bit_identical_files(family: tuple, tmp_path: Path) -> None:
@@ -187,7 +205,9 @@ def test_existing_output_is_refused_unless_overwrite(family: tuple, tmp_path: Pa
 def _failing_method(fail_after: int, exc: type[BaseException]) -> FusionMethod:
     calls = {"n": 0}
 
-    def explode(base, experts, weights, ctx, *, alpha: float = 0.5):  # noqa: ANN001, ANN202
+    def explode(
+        base: torch.Tensor, experts: list[torch.Tensor], weights: list[float], ctx: TensorContext, *, alpha: float = 0.5
+    ) -> tuple[torch.Tensor, dict]:
         """Fails mid-way through a merge."""
         if ctx.name != "<probe>":
             calls["n"] += 1
@@ -200,8 +220,8 @@ def _failing_method(fail_after: int, exc: type[BaseException]) -> FusionMethod:
 
 @pytest.mark.parametrize("exc", [RuntimeError, KeyboardInterrupt])
 def test_interrupted_merge_leaves_no_output(
-    family: tuple, tmp_path: Path, exc: type[BaseException], longcat_host_factory
-) -> None:  # noqa: ANN001
+    family: tuple, tmp_path: Path, exc: type[BaseException], longcat_host_factory: HostFactory
+) -> None:
     _, _, base_dir, expert_dirs = family
     plugin = SimpleNamespace(register_fusion_methods=hookimpl(lambda: [_failing_method(3, exc)]))
     plugin.register_fusion_methods.__name__ = "register_fusion_methods"
@@ -213,20 +233,23 @@ def test_interrupted_merge_leaves_no_output(
     assert leftovers(tmp_path) == []
 
 
-def test_third_party_method_through_the_hook(family: tuple, tmp_path: Path, longcat_host_factory) -> None:  # noqa: ANN001
+def elementwise_max(
+    base: torch.Tensor, experts: list[torch.Tensor], weights: list[float], ctx: TensorContext, *, floor: float = -1e9
+) -> tuple[torch.Tensor, dict]:
+    """Per element, the largest expert value, at least ``floor`` (a toy third-party method)."""
+    stacked = torch.stack(experts)
+    return torch.maximum(stacked.max(dim=0).values, torch.tensor(floor)), {"chosen": [0.0] * len(experts)}
+
+
+class _ToyPlugin:
+    @hookimpl
+    def register_fusion_methods(self) -> list[FusionMethod]:
+        return [FusionMethod("elementwise_max", elementwise_max)]
+
+
+def test_third_party_method_through_the_hook(family: tuple, tmp_path: Path, longcat_host_factory: HostFactory) -> None:
     base, experts, base_dir, expert_dirs = family
-
-    class Plugin:
-        @hookimpl
-        def register_fusion_methods(self) -> list[FusionMethod]:
-            def elementwise_max(base, experts, weights, ctx, *, floor: float = -1e9):  # noqa: ANN001, ANN202
-                """Per element, the expert value furthest above the base (a toy method)."""
-                stacked = torch.stack(experts)
-                return torch.maximum(stacked.max(dim=0).values, torch.tensor(floor)), {"chosen": [0.0] * len(experts)}
-
-            return [FusionMethod("elementwise_max", elementwise_max)]
-
-    host = longcat_host_factory(("toy", Plugin()), builtins=True)
+    host = longcat_host_factory(("toy", _ToyPlugin()), builtins=True)
     assert {c.name for c in host.components("fusion")} == {"longcat", "task_arithmetic", "ties", "elementwise_max"}
     report = fuse(base_dir, expert_dirs, tmp_path / "out", method="elementwise_max", params={"floor": 0.0}, host=host)
     got = read_checkpoint(tmp_path / "out")

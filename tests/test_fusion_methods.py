@@ -236,3 +236,25 @@ def test_bad_parameters_fail_before_anything_is_written(family: tuple, tmp_path:
         assert any(p.path == path and text in p.message for p in info.value.problems), (params, info.value)
     assert not out.exists()
     assert [p.name for p in tmp_path.iterdir()] == []
+
+
+def test_ties_breaks_magnitude_ties_at_random_but_reproducibly() -> None:
+    """bf16 deltas take few distinct values, so many entries can tie at the k-th magnitude:
+    exactly k are kept, the tied ones drawn with the seeded generator (not the first rows)."""
+    from longcat_plugins.fusion.contract import TensorContext
+    from longcat_plugins.fusion.methods import ties
+
+    delta = torch.ones(64, 64)
+    delta.view(-1)[torch.randperm(4096, generator=torch.Generator().manual_seed(0))[:100]] = 2.0
+    k = 1024  # density 0.25: the 100 twos and 924 of the 3996 tied ones
+
+    def kept(seed: int) -> torch.Tensor:
+        merged, stats = ties(torch.zeros(64, 64), [delta.clone()], [1.0], TensorContext("w", seed, "w"), density=0.25)
+        assert stats["trimmed"] == [4096.0 - k]
+        return merged != 0
+
+    first, again, other = kept(1), kept(1), kept(2)
+    assert int(first.sum()) == k and torch.equal(first, again) and not torch.equal(first, other)
+    assert bool(first[delta == 2.0].all())
+    lower_half = int(first[32:].sum()) / k  # ~0.5 when the tied ones are drawn uniformly
+    assert 0.4 < lower_half < 0.6, lower_half

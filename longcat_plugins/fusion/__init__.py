@@ -25,6 +25,7 @@ _LAZY = {
     "TensorContext": "longcat_plugins.fusion.contract",
     "ParamError": "longcat_plugins.fusion.contract",
     "uses_global_norms": "longcat_plugins.fusion.contract",
+    "reports_delta_norms": "longcat_plugins.fusion.contract",
     "load_config": "longcat_plugins.fusion.spec",
     "run_config": "longcat_plugins.fusion.spec",
 }

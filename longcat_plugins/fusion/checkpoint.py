@@ -219,7 +219,7 @@ class Checkpoint:
 class _Reader:
     """safe_open handles, one per shard, reopened every ``remap_bytes`` to release mapped pages."""
 
-    def __init__(self, root: Path, remap_bytes: int = 64 * 1024 * 1024) -> None:
+    def __init__(self, root: Path, remap_bytes: int = 16 * 1024 * 1024) -> None:
         self.root = root
         self.remap_bytes = remap_bytes
         self.handles: dict[str, tuple[Any, int]] = {}

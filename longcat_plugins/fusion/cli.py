@@ -31,7 +31,12 @@ err_console = Console(stderr=True, highlight=False, soft_wrap=True)
 @click.option("-o", "--output", help="write to this directory instead of the config's output")
 @click.option("--dry-run", is_flag=True, help="check the config and every checkpoint, then stop; writes nothing")
 @click.option("--report", "report_path", type=click.Path(dir_okay=False), help="also write the summary as JSON here")
-def fuse(config: str, overwrite: bool, output: str | None, dry_run: bool, report_path: str | None) -> None:
+@click.option(
+    "--no-prefetch", is_flag=True, help="no read-ahead: peak memory (N+1) copies of one tensor, not two tensors"
+)
+def fuse(
+    config: str, overwrite: bool, output: str | None, dry_run: bool, report_path: str | None, no_prefetch: bool
+) -> None:
     """Merge domain-expert checkpoints into one, as the fuse YAML CONFIG says (base, experts with
     weights, method and params, output, seed). See docs/fusion.md."""
     from rich.progress import BarColumn, DownloadColumn, Progress, TextColumn, TimeElapsedColumn, TransferSpeedColumn
@@ -79,6 +84,7 @@ def fuse(config: str, overwrite: bool, output: str | None, dry_run: bool, report
                 overwrite=overwrite,
                 progress=on_progress,
                 dry_run=dry_run,
+                prefetch=not no_prefetch,
             )
     except (ConfigError, FusionError) as exc:
         err_console.print(str(exc), style="red", markup=False)

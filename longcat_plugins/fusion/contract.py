@@ -19,6 +19,9 @@ A fusion method is a plain function the engine calls once per floating-point ten
 
 It returns the merged tensor (float32, the base's shape) and per-expert element counts,
 summed by the engine over all tensors and reported as fractions (``dropped``, ``erased``).
+A method decorated with :func:`reports_delta_norms` also returns ``stats["delta_sq"]``
+(Σ (θ_i − θ_base)² of this tensor, per expert), sparing the engine the pass over the
+inputs it otherwise makes for the summary's task-vector norms.
 A method raises :class:`ParamError` for a bad parameter value: the engine calls it once on a
 one-element probe before anything is read or written, so bad settings fail first.
 """
@@ -36,7 +39,11 @@ if TYPE_CHECKING:
 #: per-expert element counts a method reports for one tensor, e.g. ``{"dropped": [12, 30]}``
 MethodStats = Mapping[str, Sequence[float]]
 
+#: the stats key of a method's per-expert Σ δ² (see :func:`reports_delta_norms`)
+DELTA_SQ = "delta_sq"
+
 _GLOBAL_NORMS_ATTR = "__fusion_global_norms__"
+_DELTA_SQ_ATTR = "__fusion_reports_delta_sq__"
 
 
 class ParamError(ValueError):
@@ -97,3 +104,13 @@ def needs_global_norms(fn: Callable[..., Any], settings: Any) -> bool:
     """Whether ``fn`` asked for global norms with these settings."""
     predicate = getattr(fn, _GLOBAL_NORMS_ATTR, None)
     return bool(predicate(settings)) if predicate is not None else False
+
+
+def reports_delta_norms(fn: Callable[..., Any]) -> Callable[..., Any]:
+    """Mark a method whose stats include ``delta_sq`` (per-expert Σ δ² of the tensor it merged)."""
+    setattr(fn, _DELTA_SQ_ATTR, True)
+    return fn
+
+
+def has_delta_norms(fn: Callable[..., Any]) -> bool:
+    return bool(getattr(fn, _DELTA_SQ_ATTR, False))

@@ -34,7 +34,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from longcat_plugins.fusion.checkpoint import INDEX_FILE, Checkpoint, TensorInfo
-from longcat_plugins.fusion.contract import TensorContext, needs_global_norms
+from longcat_plugins.fusion.contract import DELTA_SQ, TensorContext, has_delta_norms, needs_global_norms
 from longcat_plugins.fusion.errors import CheckpointError, FusionError, MismatchError, OutputError
 from longcat_plugins.fusion.validation import compare
 from longcat_plugins.fusion.writer import ShardWriter, torch_dtype
@@ -343,7 +343,7 @@ def _global_sq_norms(
     done = 0
     for k, (info, base, experts) in enumerate(loader.iterate(infos)):
         for j, e in enumerate(experts):
-            sq[j] += float(torch.dist(e, base)) ** 2
+            sq[j] += float(torch.linalg.vector_norm(e.sub_(base))) ** 2  # our own copy: in place is free
         done += info.nbytes * (len(experts) + 1)
         if progress is not None:
             progress(ProgressEvent("norms", info.name, k + 1, len(infos), done, total))
@@ -371,6 +371,7 @@ def _merge_into(
     kwargs = _settings_kwargs(settings)
     norms = tuple(math.sqrt(s) for s in sq_norms) if sq_norms is not None else None
     own_sq = [0.0] * len(experts)
+    method_norms = has_delta_norms(component.target)
     counts: dict[str, list[float]] = {}
     writers = {name: ShardWriter(tmp / name, shard) for name, shard in base.shards.items()}
     float_infos = [i for i in infos if i.is_float]
@@ -381,21 +382,28 @@ def _merge_into(
             if info.is_float:
                 got, b32, e32 = next(float_iter)
                 assert got is info
-                if sq_norms is None and info.name not in aliases:
+                counted = sq_norms is None and info.name not in aliases
+                if counted and not method_norms:
                     for j, e in enumerate(e32):
                         own_sq[j] += float(torch.dist(e, b32)) ** 2
                 ctx = TensorContext(info.name, seed, aliases.get(info.name, info.name), norms)
                 merged, stats = component.target(b32, e32, list(weights), ctx, **kwargs)
                 del b32, e32
+                stats = dict(stats or {})
+                delta_sq = stats.pop(DELTA_SQ, None)
+                if counted and method_norms and delta_sq is not None:
+                    for j, value in enumerate(delta_sq):
+                        own_sq[j] += float(value)
                 if not isinstance(merged, torch.Tensor) or tuple(merged.shape) != info.shape:
                     shape = list(merged.shape) if isinstance(merged, torch.Tensor) else type(merged).__name__
                     raise FusionError(
                         f"fusion method {component.name!r} returned {shape} for tensor {info.name}, "
                         f"expected shape {list(info.shape)}"
                     )
-                if not bool(torch.isfinite(merged).all()):
+                # a sum is finite only if every element is (NaN and ±inf propagate): one cheap reduction
+                if not math.isfinite(float(merged.sum())) and not bool(torch.isfinite(merged).all()):
                     report.warnings.append(f"tensor {info.name}: the merged values contain NaN or inf")
-                for key, per_expert in (stats or {}).items():
+                for key, per_expert in stats.items():
                     acc = counts.setdefault(key, [0.0] * len(experts))
                     for j, value in enumerate(per_expert):
                         acc[j] += float(value)

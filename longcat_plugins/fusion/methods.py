@@ -16,7 +16,13 @@ they become the config schema and are checked with :func:`typing.get_type_hints`
 
 from typing import TYPE_CHECKING, Literal
 
-from longcat_plugins.fusion.contract import ParamError, TensorContext, uses_global_norms
+from longcat_plugins.fusion.contract import (
+    DELTA_SQ,
+    ParamError,
+    TensorContext,
+    reports_delta_norms,
+    uses_global_norms,
+)
 
 if TYPE_CHECKING:
     import torch
@@ -24,31 +30,48 @@ if TYPE_CHECKING:
 Majority = Literal["mass", "count"]
 
 
-def _majority_sign(contribs: "list[torch.Tensor]", majority: str) -> "torch.Tensor":
-    """±1 per element: the direction most of the contribution points to."""
+def _majority_positive(contribs: "list[torch.Tensor]", majority: str) -> "torch.Tensor":
+    """True where the majority direction of the contributions is + (a bool tensor: 1 byte per element)."""
     import torch
 
     mass = torch.zeros_like(contribs[0])
     for c in contribs:
         mass.add_(c)
+    positive = mass >= 0
     if majority == "mass":
-        return torch.where(mass >= 0, 1.0, -1.0)
+        return positive
     count = torch.zeros_like(contribs[0])
     for c in contribs:
         count.add_(torch.sign(c))
-    tie_break = torch.where(mass >= 0, 1.0, -1.0)
-    return torch.where(count > 0, 1.0, torch.where(count < 0, -1.0, tie_break))
+    return torch.where(count == 0, positive, count > 0)
+
+
+def _opposes(c: "torch.Tensor", positive: "torch.Tensor") -> "torch.Tensor":
+    """Non-zero entries of ``c`` pointing against the majority direction."""
+    import torch
+
+    return torch.where(positive, c < 0, c > 0)
 
 
 def _erase_minority(contribs: "list[torch.Tensor]", majority: str) -> list[int]:
     """Zero every contribution whose sign opposes the majority direction; counts per expert."""
-    sign = _majority_sign(contribs, majority)
+    import torch
+
+    positive = _majority_positive(contribs, majority)
     erased = []
     for c in contribs:
-        opposite = (c * sign) < 0
-        erased.append(int(opposite.sum()))
+        opposite = _opposes(c, positive)
+        erased.append(int(torch.count_nonzero(opposite)))
         c.masked_fill_(opposite, 0.0)
     return erased
+
+
+def _sub_and_norm(expert: "torch.Tensor", base: "torch.Tensor") -> float:
+    """δ = θ_expert − θ_base in place; returns Σ δ² (reported so the engine needs no extra pass)."""
+    import torch
+
+    expert.sub_(base)
+    return float(torch.linalg.vector_norm(expert)) ** 2
 
 
 def _check_majority(majority: str) -> None:
@@ -56,15 +79,15 @@ def _check_majority(majority: str) -> None:
         raise ParamError("majority", f"must be 'mass' or 'count', got {majority!r}")
 
 
-def _normalisation_scales(deltas: "list[torch.Tensor]", ctx: TensorContext, normalize: str) -> list[float]:
+def _normalisation_scales(
+    deltas: "list[torch.Tensor]", ctx: TensorContext, normalize: str, delta_sq: list[float]
+) -> list[float]:
     """s_i = mean_j(‖δ_j‖) / ‖δ_i‖ over experts with a non-zero norm (0 for a zero task vector).
 
     ``global``: ‖·‖ is the L2 norm of the expert's whole task vector (all merged tensors),
     so each expert is rescaled by one scalar and keeps its own layer-to-layer structure.
     ``tensor``: the L2 norm of this tensor's δ_i alone.
     """
-    import torch
-
     if normalize == "none":
         return [1.0] * len(deltas)
     if normalize == "global":
@@ -72,7 +95,7 @@ def _normalisation_scales(deltas: "list[torch.Tensor]", ctx: TensorContext, norm
             raise RuntimeError("normalize='global' needs ctx.expert_norms; the engine did not provide them")
         norms = list(ctx.expert_norms)
     else:
-        norms = [float(torch.linalg.vector_norm(d)) for d in deltas]
+        norms = [sq**0.5 for sq in delta_sq]
     present = [n for n in norms if n > 0]
     if not present:
         return [0.0] * len(deltas)
@@ -80,6 +103,7 @@ def _normalisation_scales(deltas: "list[torch.Tensor]", ctx: TensorContext, norm
     return [target / n if n > 0 else 0.0 for n in norms]
 
 
+@reports_delta_norms
 @uses_global_norms(lambda settings: settings.normalize == "global")
 def longcat(
     base: "torch.Tensor",
@@ -112,15 +136,16 @@ def longcat(
         raise ParamError("normalize", f"must be 'global', 'tensor' or 'none', got {normalize!r}")
     _check_majority(majority)
     n = len(experts)
+    delta_sq = []
     for e in experts:
-        e.sub_(base)
-    scales = _normalisation_scales(experts, ctx, normalize)
+        delta_sq.append(_sub_and_norm(e, base))
+    scales = _normalisation_scales(experts, ctx, normalize, delta_sq)
     dropped = [0.0] * n
     for i, delta in enumerate(experts):
         factor = weights[i] * scales[i]
         if drop_rate > 0:
             keep = torch.rand(delta.shape, generator=ctx.generator(i), dtype=torch.float32) >= drop_rate
-            dropped[i] = float(delta.numel() - int(keep.sum()))
+            dropped[i] = float(delta.numel() - int(torch.count_nonzero(keep)))
             delta.mul_(keep)
             del keep
             if rescale:
@@ -132,9 +157,10 @@ def longcat(
     for c in experts[1:]:
         merged.add_(c)
     merged.add_(base)
-    return merged, {"dropped": dropped, "erased": erased}
+    return merged, {"dropped": dropped, "erased": erased, DELTA_SQ: delta_sq}
 
 
+@reports_delta_norms
 def task_arithmetic(
     base: "torch.Tensor",
     experts: "list[torch.Tensor]",
@@ -144,16 +170,23 @@ def task_arithmetic(
     scale: float = 1.0,
 ) -> "tuple[torch.Tensor, dict[str, list[float]]]":
     """Task arithmetic: θ_base + scale · Σ_i w_i δ_i."""
-    acc = experts[0].sub_(base).mul_(weights[0])
+    delta_sq = [_sub_and_norm(e, base) for e in experts]
+    acc = experts[0].mul_(weights[0])
     for w, e in zip(weights[1:], experts[1:], strict=True):
-        acc.add_(e.sub_(base).mul_(w))
+        acc.add_(e.mul_(w))
     if scale != 1.0:
         acc.mul_(scale)
-    return acc.add_(base), {}
+    return acc.add_(base), {DELTA_SQ: delta_sq}
 
 
-def _trim(delta: "torch.Tensor", density: float) -> int:
-    """Keep the ``max(1, int(density·n))`` largest |δ| (all if density ≥ 1, none if 0); returns how many were cut."""
+def _trim(delta: "torch.Tensor", density: float, generator: "torch.Generator") -> int:
+    """Keep the k = ``max(1, int(density·n))`` largest |δ| (all if density ≥ 1, none if 0); returns how many were cut.
+
+    The k-th largest magnitude is found by selection. Entries tied exactly at it (common with
+    bf16 deltas, which take few distinct values) are chosen uniformly at random with the
+    expert's seeded generator: exactly k kept, reproducible, and no bias towards any region
+    of the matrix (keeping the lowest indices would favour its first rows).
+    """
     import torch
 
     numel = delta.numel()
@@ -164,13 +197,22 @@ def _trim(delta: "torch.Tensor", density: float) -> int:
         return numel
     k = max(1, int(density * numel))
     flat = delta.view(-1)
-    keep = torch.topk(flat.abs(), k, sorted=False).indices
-    kept = flat[keep]
-    flat.zero_()
-    flat[keep] = kept
+    magnitude = flat.abs()
+    threshold = torch.kthvalue(magnitude, numel - k + 1).values
+    keep = magnitude > threshold
+    short = k - int(torch.count_nonzero(keep))
+    tied = torch.nonzero(magnitude == threshold).view(-1)
+    del magnitude
+    if short >= tied.numel():
+        keep[tied] = True
+    else:
+        keep[tied[torch.randperm(tied.numel(), generator=generator)[:short]]] = True
+    del tied
+    flat.mul_(keep)
     return numel - k
 
 
+@reports_delta_norms
 def ties(
     base: "torch.Tensor",
     experts: "list[torch.Tensor]",
@@ -184,7 +226,8 @@ def ties(
 ) -> "tuple[torch.Tensor, dict[str, list[float]]]":
     """TIES-merging: trim each δ_i to its top-``density`` magnitudes, elect signs, disjoint (weighted) mean.
 
-    c_i = w_i · trim(δ_i); m = majority direction of the c_i; agreeing entries are those with
+    c_i = w_i · trim(δ_i) (see ``_trim``: exactly k entries, ties at the threshold drawn with
+    ``ctx.generator(i)``); m = majority direction of the c_i; agreeing entries are those with
     sign(c_i) = m; merged = θ_base + scale · Σ_agree c_i / Σ_agree w_i (``normalize``; a zero
     divisor counts as 1) or θ_base + scale · Σ_agree c_i (not ``normalize``).
     """
@@ -193,26 +236,25 @@ def ties(
     if not 0.0 <= density <= 1.0:
         raise ParamError("density", f"must be in [0, 1], got {density}")
     _check_majority(majority)
-    trimmed = []
-    for w, e in zip(weights, experts, strict=True):
-        e.sub_(base)
-        trimmed.append(float(_trim(e, density)))
+    trimmed, delta_sq = [], []
+    for i, (w, e) in enumerate(zip(weights, experts, strict=True)):
+        delta_sq.append(_sub_and_norm(e, base))
+        trimmed.append(float(_trim(e, density, ctx.generator(i))))
         e.mul_(w)
-    sign = _majority_sign(experts, majority)
+    positive = _majority_positive(experts, majority)
     merged = torch.zeros_like(base)
     divisor = torch.zeros_like(base) if normalize else None
     erased = []
     for w, c in zip(weights, experts, strict=True):
-        direction = c * sign
-        agree = direction > 0
-        erased.append(float(int((direction < 0).sum())))
-        del direction
-        merged.add_(c * agree)
+        opposite = _opposes(c, positive)
+        erased.append(float(torch.count_nonzero(opposite)))
+        c.masked_fill_(opposite, 0.0)
+        merged.add_(c)
         if divisor is not None:
-            divisor.add_(agree.to(divisor.dtype), alpha=w)
+            divisor.add_(c != 0, alpha=w)
     if divisor is not None:
         divisor[divisor == 0] = 1.0
         merged.div_(divisor)
     if scale != 1.0:
         merged.mul_(scale)
-    return merged.add_(base), {"trimmed": trimmed, "erased": erased}
+    return merged.add_(base), {"trimmed": trimmed, "erased": erased, DELTA_SQ: delta_sq}

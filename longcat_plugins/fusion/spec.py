@@ -53,6 +53,8 @@ def parse_config(data: Any, source: str = "fuse config") -> FuseConfig:
     """``data`` (plain YAML data) as a :class:`FuseConfig`; :class:`ConfigError` lists every problem by key path."""
     if not isinstance(data, dict):
         raise ConfigError([ConfigProblem("(top level)", f"expected a mapping, got {type(data).__name__}")], source)
+    if "params" in data and data["params"] is None:  # `params:` with nothing under it
+        data = {**data, "params": {}}
     problems = [ConfigProblem(p.path.lstrip("."), p.message) for p in check_mapping(data, FuseConfig, "")]
     experts = data.get("experts")
     if isinstance(experts, list):
@@ -92,6 +94,7 @@ def run_config(
     host: Host | None = None,
     progress: Callable[[ProgressEvent], None] | None = None,
     dry_run: bool = False,
+    prefetch: bool = True,
 ) -> FusionReport:
     """Run a parsed fuse config; an unknown method or bad params are reported at their key path."""
     from longcat_plugins.fusion.engine import Expert, fuse
@@ -109,6 +112,7 @@ def run_config(
             host=host,
             progress=progress,
             dry_run=dry_run,
+            prefetch=prefetch,
         )
     except UnknownComponentError as exc:
         raise ConfigError([ConfigProblem("method", str(exc))], source) from None
