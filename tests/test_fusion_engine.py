@@ -226,10 +226,10 @@ def test_interrupted_merge_leaves_no_output(
     plugin = SimpleNamespace(register_fusion_methods=hookimpl(lambda: [_failing_method(3, exc)]))
     plugin.register_fusion_methods.__name__ = "register_fusion_methods"
     host = longcat_host_factory(("exploding", plugin))
-    out = tmp_path / "out"
+    out = tmp_path / "made" / "for" / "out"
     with pytest.raises(exc, match="boom"):
         fuse(base_dir, expert_dirs, out, method="explode", host=host)
-    assert not out.exists()
+    assert not (tmp_path / "made").exists(), "directories created for the output are removed too"
     assert leftovers(tmp_path) == []
 
 
@@ -241,22 +241,41 @@ def elementwise_max(
     return torch.maximum(stacked.max(dim=0).values, torch.tensor(floor)), {"chosen": [0.0] * len(experts)}
 
 
+def real_tensors_only(
+    base: torch.Tensor, experts: list[torch.Tensor], weights: list[float], ctx: TensorContext
+) -> tuple[torch.Tensor, dict]:
+    """Fails on the engine's one-element probe (as a method needing matrices would), fine otherwise."""
+    if base.numel() == 1:
+        raise RuntimeError("cannot work on a single element")
+    return experts[0], {}
+
+
 class _ToyPlugin:
     @hookimpl
     def register_fusion_methods(self) -> list[FusionMethod]:
-        return [FusionMethod("elementwise_max", elementwise_max)]
+        return [FusionMethod("elementwise_max", elementwise_max), FusionMethod("first_expert", real_tensors_only)]
 
 
 def test_third_party_method_through_the_hook(family: tuple, tmp_path: Path, longcat_host_factory: HostFactory) -> None:
     base, experts, base_dir, expert_dirs = family
     host = longcat_host_factory(("toy", _ToyPlugin()), builtins=True)
-    assert {c.name for c in host.components("fusion")} == {"longcat", "task_arithmetic", "ties", "elementwise_max"}
+    assert {c.name for c in host.components("fusion")} == {
+        "longcat",
+        "task_arithmetic",
+        "ties",
+        "elementwise_max",
+        "first_expert",
+    }
     report = fuse(base_dir, expert_dirs, tmp_path / "out", method="elementwise_max", params={"floor": 0.0}, host=host)
     got = read_checkpoint(tmp_path / "out")
     for name in base:
         want = torch.stack([e[name] for e in experts]).max(dim=0).values.clamp(min=0.0)
         assert torch.equal(got[name], want), name
     assert report.method == "elementwise_max" and report.experts[0].fractions == {"chosen": 0.0}
+    # a method that cannot run on the parameter probe is not refused for it
+    fuse(base_dir, expert_dirs, tmp_path / "first", method="first_expert", host=host)
+    first = read_checkpoint(tmp_path / "first")
+    assert all(torch.equal(first[n], experts[0][n]) for n in base)
 
 
 def test_fused_checkpoint_loads_with_transformers(tmp_path: Path) -> None:

@@ -20,6 +20,7 @@ visiting order or sharding, and a fixed seed reproduces the files bit for bit.
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import json
 import math
@@ -151,6 +152,8 @@ def _probe(method: FusionMethod, settings: Any, weights: list[float]) -> None:
         raise ConfigError([ConfigProblem(f"params.{exc.key}", str(exc).split(": ", 1)[-1])]) from None
     except (ValueError, TypeError) as exc:
         raise ConfigError([ConfigProblem("params", f"fusion method {method.name!r} rejected them: {exc}")]) from None
+    except Exception:  # noqa: BLE001 - e.g. a method that needs 2-D tensors: it gets its chance on real ones
+        return
     if not (isinstance(out, tuple) and len(out) == 2 and isinstance(out[0], torch.Tensor)):
         raise FusionError(
             f"fusion method {method.name!r} ({method.target_path}) must return (tensor, stats), got {type(out).__name__}"
@@ -300,6 +303,7 @@ def fuse(
             sq_norms = _global_sq_norms(loader, [i for i in float_infos if i.name not in aliases], progress)
             report.norm_pass_seconds = time.perf_counter() - t0
             report.bytes_read += sum(i.nbytes for i in float_infos if i.name not in aliases) * (len(expert_ckpts) + 1)
+        created = [p for p in [out_dir.parent, *out_dir.parent.parents] if not p.exists()]
         out_dir.parent.mkdir(parents=True, exist_ok=True)
         tmp = Path(tempfile.mkdtemp(prefix=f".{out_dir.name}.fusing-", dir=out_dir.parent))
         try:
@@ -320,6 +324,9 @@ def fuse(
             _replace(tmp, out_dir)
         except BaseException:
             shutil.rmtree(tmp, ignore_errors=True)
+            for parent in created:  # directories made for the output, innermost first, if still empty
+                with contextlib.suppress(OSError):
+                    parent.rmdir()
             raise
     finally:
         loader.close()
@@ -458,7 +465,12 @@ def _replace(tmp: Path, out_dir: Path) -> None:
         old = Path(tempfile.mkdtemp(prefix=f".{out_dir.name}.old-", dir=out_dir.parent))
         old.rmdir()
         out_dir.rename(old)
-    tmp.rename(out_dir)
+    try:
+        tmp.rename(out_dir)
+    except BaseException:
+        if old is not None:  # put the previous output back
+            old.rename(out_dir)
+        raise
     if old is not None:
         if old.is_dir() and not old.is_symlink():
             shutil.rmtree(old, ignore_errors=True)
