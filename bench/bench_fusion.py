@@ -183,7 +183,7 @@ if spec.get("idle"):
     print(json.dumps({}))
     raise SystemExit
 report = fuse(spec["base"], [tuple(e) for e in spec["experts"]], spec["output"], method=spec["method"],
-              params=spec["params"], seed=0, host=host, prefetch=spec.get("prefetch", True))
+              params=spec["params"], seed=0, host=host, prefetch=spec.get("prefetch", False))
 print(json.dumps({"seconds": report.seconds, "bytes_read": report.bytes_read,
                   "norm_pass_seconds": report.norm_pass_seconds,
                   "experts": [e.fractions for e in report.experts]}))
@@ -380,7 +380,7 @@ def main() -> None:
     # label: (our method, our params, engine options, mergekit method, mergekit density)
     pairs: dict[str, tuple[str, dict[str, Any], dict[str, Any], str | None, float | None]] = {
         "task_arithmetic": ("task_arithmetic", {}, {}, "task_arithmetic", None),
-        "task_arithmetic_no_prefetch": ("task_arithmetic", {}, {"prefetch": False}, None, None),
+        "task_arithmetic_prefetch": ("task_arithmetic", {}, {"prefetch": True}, None, None),
         "ties": ("ties", {"density": 0.5}, {}, "ties", 0.5),
         "dare_linear": ("longcat", {"normalize": "none", "drop_rate": 0.5, "erase": False}, {}, "dare_linear", 0.5),
         "longcat_default": ("longcat", {}, {}, None, None),

@@ -67,7 +67,7 @@ def test_existing_output_needs_overwrite(tmp_path: Path, inputs: tuple) -> None:
     refused = invoke("fuse", str(config))
     assert refused.exit_code == 2 and "already exists" in refused.output and "--overwrite" in refused.output
     assert list((tmp_path / "fused").iterdir()) == []
-    assert invoke("fuse", str(config), "--overwrite", "--no-prefetch").exit_code == 0
+    assert invoke("fuse", str(config), "--overwrite", "--prefetch").exit_code == 0
     assert (tmp_path / "fused" / "fusion.json").exists()
 
 

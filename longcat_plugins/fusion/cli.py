@@ -32,10 +32,10 @@ err_console = Console(stderr=True, highlight=False, soft_wrap=True)
 @click.option("--dry-run", is_flag=True, help="check the config and every checkpoint, then stop; writes nothing")
 @click.option("--report", "report_path", type=click.Path(dir_okay=False), help="also write the summary as JSON here")
 @click.option(
-    "--no-prefetch", is_flag=True, help="no read-ahead: peak memory (N+1) copies of one tensor, not two tensors"
+    "--prefetch", is_flag=True, help="read the next tensor while merging this one (helps when reading is slow)"
 )
 def fuse(
-    config: str, overwrite: bool, output: str | None, dry_run: bool, report_path: str | None, no_prefetch: bool
+    config: str, overwrite: bool, output: str | None, dry_run: bool, report_path: str | None, prefetch: bool
 ) -> None:
     """Merge domain-expert checkpoints into one, as the fuse YAML CONFIG says (base, experts with
     weights, method and params, output, seed). See docs/fusion.md."""
@@ -84,7 +84,7 @@ def fuse(
                 overwrite=overwrite,
                 progress=on_progress,
                 dry_run=dry_run,
-                prefetch=not no_prefetch,
+                prefetch=prefetch,
             )
     except (ConfigError, FusionError) as exc:
         err_console.print(str(exc), style="red", markup=False)

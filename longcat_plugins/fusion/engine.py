@@ -13,7 +13,7 @@ Order of work, so that bad input loses nothing:
 Each floating-point tensor is read from the base and every expert, converted to float32,
 merged by the method and written in the base's dtype at its place in the base's shard
 layout; peak memory is about N+1 float32 copies of the largest tensor (twice that with the
-one-tensor read-ahead). Non-float tensors are copied from the base. Random draws come from
+optional one-tensor read-ahead). Non-float tensors are copied from the base. Random draws come from
 per-tensor generators keyed by seed and tensor name, so the output does not depend on
 visiting order or sharding, and a fixed seed reproduces the files bit for bit.
 """
@@ -236,14 +236,16 @@ def fuse(
     overwrite: bool = False,
     host: Host | None = None,
     progress: Callable[[ProgressEvent], None] | None = None,
-    prefetch: bool = True,
+    prefetch: bool = False,
     dry_run: bool = False,
 ) -> FusionReport:
     """Merge ``experts`` (fine-tuned from ``base``) into one checkpoint at ``output``.
 
     ``method`` names a fusion method (``longcat``, ``task_arithmetic``, ``ties``, or one a
     plugin registers); ``params`` are its settings. Everything is validated before anything is
-    written; ``dry_run`` stops there. Returns a :class:`FusionReport`.
+    written; ``dry_run`` stops there. ``prefetch`` reads the next tensor in a second thread while
+    this one is merged (peak memory then holds two tensors' N+1 copies): it pays when reading is
+    slower than merging (network storage), not on a local disk with 2 cores. Returns a :class:`FusionReport`.
     """
     expert_specs = [_as_expert(e) for e in experts]
     if not expert_specs:
