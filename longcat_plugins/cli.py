@@ -323,5 +323,9 @@ def _train(config: str, overrides: list[str], out: str | None, steps: int | None
     console.print(f"checkpoints: {result.checkpoints}")
 
 
+from longcat_plugins.fusion.cli import fuse  # noqa: E402
+
+main.add_command(fuse)
+
 if __name__ == "__main__":  # pragma: no cover
     main()

@@ -64,9 +64,10 @@ def default_cache_dir() -> Path:
     return Path(base).expanduser()
 
 
-def arithmetic_problem(rng: random.Random, max_operand: int) -> tuple[str, int]:
+def arithmetic_problem(rng: random.Random, max_operand: int, ops: str = "+-") -> tuple[str, int]:
+    """One question and its answer; ``ops`` are the operators to draw from ("+" alone: a domain of additions)."""
     a, b = rng.randint(0, max_operand), rng.randint(0, max_operand)
-    op = rng.choice("+-")
+    op = rng.choice(ops)
     return f"What is {a}{op}{b}? Answer with a number.", a + b if op == "+" else a - b
 
 
@@ -131,13 +132,15 @@ def build_model(out_dir: Path, size: str, seed: int = 0) -> None:
     model.save_pretrained(out_dir, safe_serialization=True)
 
 
-def build_dataset(path: Path, n: int, seed: int, split: str, max_operand: int = 50) -> None:
+def build_dataset(path: Path, n: int, seed: int, split: str, max_operand: int = 50, ops: str = "+-") -> None:
     import pandas as pd
 
+    if not ops or set(ops) - set("+-"):
+        raise ValueError(f"ops must be a non-empty string of '+' and '-', got {ops!r}")
     rng = random.Random(seed)
     rows = []
     for i in range(n):
-        question, answer = arithmetic_problem(rng, max_operand)
+        question, answer = arithmetic_problem(rng, max_operand, ops)
         rows.append(
             {
                 "data_source": DATA_SOURCE,

@@ -1,0 +1,251 @@
+"""Hugging Face safetensors checkpoints, sharded or not: find the files, check them, read tensors.
+
+Opening a checkpoint parses every shard's header (8-byte length + JSON) and checks it against
+the file's size and against ``model.safetensors.index.json``, so a missing shard, a truncated
+or padded file and an index that disagrees with its shards are all reported, together and
+with file names, before a single tensor is read. Tensors are then read one at a time through
+:func:`safetensors.safe_open`. safe_open memory-maps the shard and the pages a read touches
+stay resident (and are counted in RSS) while the handle is open, so a handle is closed and
+reopened after every ``remap_bytes`` read: memory stays bounded by tensors, not shards.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import struct
+import threading
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from longcat_plugins.fusion.errors import CheckpointError
+
+if TYPE_CHECKING:
+    import torch
+
+INDEX_FILE = "model.safetensors.index.json"
+SINGLE_FILE = "model.safetensors"
+#: safetensors dtype -> bytes per element
+ITEMSIZE = {
+    "F64": 8,
+    "F32": 4,
+    "F16": 2,
+    "BF16": 2,
+    "I64": 8,
+    "I32": 4,
+    "I16": 2,
+    "I8": 1,
+    "U64": 8,
+    "U32": 4,
+    "U16": 2,
+    "U8": 1,
+    "BOOL": 1,
+    "F8_E4M3": 1,
+    "F8_E5M2": 1,
+}
+#: merged in float32 and written back in their own dtype
+FLOAT_DTYPES = frozenset({"F64", "F32", "F16", "BF16"})
+#: copied from the base unchanged
+COPIED_DTYPES = frozenset({"I64", "I32", "I16", "I8", "U64", "U32", "U16", "U8", "BOOL"})
+_MAX_HEADER = 100 * 1024 * 1024
+
+
+@dataclass(frozen=True)
+class TensorInfo:
+    """Where one tensor lives: its shard file, dtype, shape and byte range in the data section."""
+
+    name: str
+    dtype: str
+    shape: tuple[int, ...]
+    file: str
+    begin: int
+    end: int
+
+    @property
+    def nbytes(self) -> int:
+        return self.end - self.begin
+
+    @property
+    def numel(self) -> int:
+        return math.prod(self.shape)
+
+    @property
+    def is_float(self) -> bool:
+        return self.dtype in FLOAT_DTYPES
+
+
+@dataclass(frozen=True)
+class Shard:
+    """One safetensors file: its header bytes verbatim (the writer reuses them) and its tensors."""
+
+    path: Path
+    header: bytes
+    metadata: dict[str, str]
+    tensors: dict[str, TensorInfo]
+
+    @property
+    def data_start(self) -> int:
+        return len(self.header)
+
+
+def parse_shard(path: Path) -> Shard:
+    """Parse and check one safetensors file's header; ``ValueError`` says what is wrong with it."""
+    size = path.stat().st_size
+    with open(path, "rb") as fh:
+        prefix = fh.read(8)
+        if len(prefix) < 8:
+            raise ValueError(f"not a safetensors file: {size} bytes, too short for a header")
+        (length,) = struct.unpack("<Q", prefix)
+        if length > _MAX_HEADER:
+            raise ValueError(f"not a safetensors file: header length {length} is implausible")
+        if 8 + length > size:
+            raise ValueError(f"truncated: the header alone needs {8 + length} bytes, the file has {size}")
+        raw = fh.read(length)
+    try:
+        header = json.loads(raw)
+    except (UnicodeDecodeError, json.JSONDecodeError) as exc:
+        raise ValueError(f"corrupt header: {exc}") from None
+    if not isinstance(header, dict):
+        raise ValueError("corrupt header: not a JSON object")
+    metadata = header.pop("__metadata__", None) or {}
+    tensors: dict[str, TensorInfo] = {}
+    data_end = 0
+    for name, entry in header.items():
+        try:
+            dtype, shape, (begin, end) = entry["dtype"], tuple(entry["shape"]), entry["data_offsets"]
+        except (KeyError, TypeError, ValueError):
+            raise ValueError(f"corrupt header: bad entry for tensor {name!r}") from None
+        if dtype in ITEMSIZE and end - begin != math.prod(shape) * ITEMSIZE[dtype]:
+            raise ValueError(f"corrupt header: tensor {name!r} has {end - begin} bytes for {dtype}{list(shape)}")
+        tensors[name] = TensorInfo(name, dtype, shape, path.name, begin, end)
+        data_end = max(data_end, end)
+    expected = 8 + length + data_end
+    if size < expected:
+        raise ValueError(
+            f"truncated: the header says the data ends at byte {expected}, the file has {size} "
+            f"({expected - size} bytes missing)"
+        )
+    if size > expected:
+        raise ValueError(f"{size - expected} unexpected bytes after the last tensor (expected {expected} bytes)")
+    return Shard(path, prefix + raw, dict(metadata), tensors)
+
+
+@dataclass
+class Checkpoint:
+    """A checkpoint directory: its shards in order, and every tensor by name."""
+
+    label: str
+    path: Path
+    index: dict[str, Any] | None
+    shards: dict[str, Shard]
+    tensors: dict[str, TensorInfo]
+    _reader: _Reader | None = field(default=None, repr=False)
+
+    @classmethod
+    def open(cls, path: str | Path, label: str = "checkpoint") -> Checkpoint:
+        """Find and check the checkpoint in ``path``; :class:`CheckpointError` lists every problem."""
+        root = Path(path)
+        where = f"{label} ({root})"
+        if not root.exists():
+            raise CheckpointError([f"{where}: no such directory"])
+        if not root.is_dir():
+            raise CheckpointError([f"{where}: not a directory (give the checkpoint's directory)"])
+        problems: list[str] = []
+        index: dict[str, Any] | None = None
+        index_path = root / INDEX_FILE
+        if index_path.is_file():
+            try:
+                index = json.loads(index_path.read_text())
+                weight_map = index["weight_map"]
+                if not isinstance(weight_map, dict) or not all(isinstance(v, str) for v in weight_map.values()):
+                    raise TypeError("weight_map must map tensor names to file names")
+            except (OSError, ValueError, KeyError, TypeError) as exc:
+                raise CheckpointError([f"{where}: unreadable {INDEX_FILE}: {type(exc).__name__}: {exc}"]) from None
+            files = sorted(set(weight_map.values()))
+        elif (root / SINGLE_FILE).is_file():
+            weight_map = None
+            files = [SINGLE_FILE]
+        else:
+            found = sorted(p.name for p in root.glob("*.safetensors"))
+            hint = f" (found {', '.join(found)})" if found else ""
+            raise CheckpointError([f"{where}: no {SINGLE_FILE} or {INDEX_FILE}{hint}"])
+        shards: dict[str, Shard] = {}
+        for name in files:
+            file = root / name
+            if not file.is_file():
+                problems.append(f"{where}: shard {name} listed in {INDEX_FILE} is missing")
+                continue
+            try:
+                shards[name] = parse_shard(file)
+            except (OSError, ValueError) as exc:
+                problems.append(f"{where}: {name}: {exc}")
+        tensors: dict[str, TensorInfo] = {}
+        for shard in shards.values():
+            tensors.update(shard.tensors)
+        if weight_map is not None:
+            for tensor, file in weight_map.items():
+                if file in shards and tensor not in shards[file].tensors:
+                    problems.append(f"{where}: {INDEX_FILE} puts {tensor} in {file}, which does not contain it")
+            for tensor, info in tensors.items():
+                if weight_map.get(tensor) != info.file:
+                    problems.append(f"{where}: {info.file} holds {tensor}, which {INDEX_FILE} does not map to it")
+        if problems:
+            raise CheckpointError(problems)
+        return cls(label, root, index, shards, tensors)
+
+    @property
+    def total_bytes(self) -> int:
+        return sum(t.nbytes for t in self.tensors.values())
+
+    def iter_in_file_order(self) -> Iterator[TensorInfo]:
+        """Every tensor, shard by shard, in byte order: the order the writer lays them out."""
+        for shard in self.shards.values():
+            yield from sorted(shard.tensors.values(), key=lambda t: t.begin)
+
+    def read(self, name: str) -> torch.Tensor:
+        """Tensor ``name`` as stored (its own dtype), read through safe_open."""
+        if self._reader is None:
+            self._reader = _Reader(self.path)
+        return self._reader.read(self.tensors[name])
+
+    def close(self) -> None:
+        if self._reader is not None:
+            self._reader.close()
+            self._reader = None
+
+
+class _Reader:
+    """safe_open handles, one per shard, reopened every ``remap_bytes`` to release mapped pages."""
+
+    def __init__(self, root: Path, remap_bytes: int = 16 * 1024 * 1024) -> None:
+        self.root = root
+        self.remap_bytes = remap_bytes
+        self.handles: dict[str, tuple[Any, int]] = {}
+        self.lock = threading.Lock()  # the engine's read-ahead thread and the main thread share it
+
+    def read(self, info: TensorInfo) -> torch.Tensor:
+        with self.lock:
+            return self._read(info)
+
+    def _read(self, info: TensorInfo) -> torch.Tensor:
+        from safetensors import safe_open
+
+        handle, used = self.handles.pop(info.file, (None, 0))
+        if handle is None:
+            handle = safe_open(str(self.root / info.file), framework="pt")
+            handle.__enter__()
+        tensor = handle.get_tensor(info.name)
+        used += info.nbytes
+        if used >= self.remap_bytes:
+            handle.__exit__(None, None, None)
+        else:
+            self.handles[info.file] = (handle, used)
+        return tensor
+
+    def close(self) -> None:
+        with self.lock:
+            for handle, _ in self.handles.values():
+                handle.__exit__(None, None, None)
+            self.handles.clear()

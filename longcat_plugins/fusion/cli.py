@@ -1,0 +1,129 @@
+"""``longcat-plugins fuse CONFIG.yaml``: progress over tensors and bytes, then a summary table.
+
+Exit codes: 0 done, 2 bad input (config, checkpoints, mismatches, existing output: nothing
+written), 130 interrupted (nothing written). Heavy imports wait until the command runs, so
+``longcat-plugins --help`` stays fast.
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+import click
+from rich.console import Console
+from rich.table import Table
+
+if TYPE_CHECKING:
+    from longcat_plugins.fusion.engine import FusionReport
+
+console = Console(highlight=False)
+err_console = Console(stderr=True, highlight=False, soft_wrap=True)
+
+
+@click.command("fuse")
+@click.argument("config", type=click.Path(dir_okay=False))
+@click.option(
+    "--overwrite", is_flag=True, help="replace an existing output directory (only once the new one is complete)"
+)
+@click.option("-o", "--output", help="write to this directory instead of the config's output")
+@click.option("--dry-run", is_flag=True, help="check the config and every checkpoint, then stop; writes nothing")
+@click.option("--report", "report_path", type=click.Path(dir_okay=False), help="also write the summary as JSON here")
+@click.option(
+    "--prefetch", is_flag=True, help="read the next tensor while merging this one (helps when reading is slow)"
+)
+def fuse(
+    config: str, overwrite: bool, output: str | None, dry_run: bool, report_path: str | None, prefetch: bool
+) -> None:
+    """Merge domain-expert checkpoints into one, as the fuse YAML CONFIG says (base, experts with
+    weights, method and params, output, seed). See docs/fusion.md."""
+    from rich.progress import BarColumn, DownloadColumn, Progress, TextColumn, TimeElapsedColumn, TransferSpeedColumn
+
+    from longcat_plugins.config import ConfigError
+    from longcat_plugins.fusion.errors import FusionError
+    from longcat_plugins.fusion.spec import load_config, run_config
+
+    try:
+        cfg = load_config(config)
+    except ConfigError as exc:
+        err_console.print(f"[red]{exc}[/]", markup=True)
+        sys.exit(2)
+    progress = Progress(
+        TextColumn("{task.description}"),
+        BarColumn(),
+        DownloadColumn(binary_units=True),
+        TransferSpeedColumn(),
+        TextColumn("{task.fields[tensors]}"),
+        TimeElapsedColumn(),
+        console=console,
+        transient=False,
+    )
+    tasks: dict[str, int] = {}
+
+    def on_progress(event: object) -> None:
+        from longcat_plugins.fusion.engine import ProgressEvent
+
+        assert isinstance(event, ProgressEvent)
+        if event.phase not in tasks:
+            label = "norms (pass 1)" if event.phase == "norms" else "merge"
+            tasks[event.phase] = progress.add_task(label, total=event.bytes_total, tensors="")
+        progress.update(
+            tasks[event.phase],
+            completed=event.bytes_done,
+            tensors=f"{event.tensors_done}/{event.tensors_total} tensors",
+        )
+
+    try:
+        with progress:
+            report = run_config(
+                cfg,
+                source=config,
+                output=output,
+                overwrite=overwrite,
+                progress=on_progress,
+                dry_run=dry_run,
+                prefetch=prefetch,
+            )
+    except (ConfigError, FusionError) as exc:
+        err_console.print(str(exc), style="red", markup=False)
+        sys.exit(2)
+    except KeyboardInterrupt:
+        err_console.print("interrupted: the partial output was removed, nothing was written", style="red")
+        sys.exit(130)
+    if dry_run:
+        console.print(
+            f"[green]{config}: OK[/] (method {report.method}, {len(report.experts)} experts); nothing written"
+        )
+        return
+    print_report(report)
+    if report_path:
+        Path(report_path).write_text(json.dumps(report.to_json(), indent=2) + "\n")
+
+
+def print_report(report: FusionReport) -> None:
+    """The per-expert summary table and the totals."""
+    keys = sorted({k for e in report.experts for k in e.fractions})
+    table = Table(title=f"fused with {report.method} -> {report.output}", title_justify="left")
+    for col in ("expert", "weight", "‖θ−θ_base‖"):
+        table.add_column(col, justify="right" if col != "expert" else "left")
+    for key in keys:
+        table.add_column(f"{key} %", justify="right")
+    for e in report.experts:
+        table.add_row(
+            e.name, f"{e.weight:g}", f"{e.delta_norm:.4g}", *(f"{100 * e.fractions.get(k, 0.0):.2f}" for k in keys)
+        )
+    console.print(table)
+    settings = ", ".join(f"{k}={v}" for k, v in report.settings.items()) or "defaults"
+    rate = report.bytes_read / report.seconds / 2**20 if report.seconds else 0.0
+    console.print(
+        f"params: {settings}; seed {report.seed}\n"
+        f"{report.tensors_merged} tensors merged, {report.tensors_copied} copied; "
+        f"read {report.bytes_read / 2**20:.1f} MiB, wrote {report.bytes_written / 2**20:.1f} MiB "
+        f"in {report.seconds:.1f} s ({rate:.0f} MiB/s read"
+        + (f"; norm pass {report.norm_pass_seconds:.1f} s" if report.norm_pass_seconds else "")
+        + ")"
+    )
+    for warning in report.warnings:
+        err_console.print(f"warning: {warning}", style="yellow", markup=False)

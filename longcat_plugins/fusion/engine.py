@@ -1,0 +1,480 @@
+"""The streaming fusion engine: base + N experts -> one checkpoint, tensor by tensor.
+
+Order of work, so that bad input loses nothing:
+
+1. resolve the method through the host and type-check its settings (``params``);
+2. open every checkpoint (missing shards, truncated files, bad index: all reported at once);
+3. compare every expert with the base (names, shapes, dtypes: every mismatch reported);
+4. check the output path, and probe the method once on a one-element tensor so bad
+   parameter values fail here;
+5. only then write, into a temporary directory beside the target that is renamed into
+   place when complete and removed on any error or interrupt.
+
+Each floating-point tensor is read from the base and every expert, converted to float32,
+merged by the method and written in the base's dtype at its place in the base's shard
+layout; peak memory is about N+1 float32 copies of the largest tensor (twice that with the
+optional one-tensor read-ahead). Non-float tensors are copied from the base. Random draws come from
+per-tensor generators keyed by seed and tensor name, so the output does not depend on
+visiting order or sharding, and a fixed seed reproduces the files bit for bit.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import dataclasses
+import json
+import math
+import os
+import shutil
+import tempfile
+import time
+from collections.abc import Callable, Iterator, Mapping, Sequence
+from concurrent.futures import Future, ThreadPoolExecutor
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from longcat_plugins.fusion.checkpoint import INDEX_FILE, Checkpoint, TensorInfo
+from longcat_plugins.fusion.contract import DELTA_SQ, TensorContext, has_delta_norms, needs_global_norms
+from longcat_plugins.fusion.errors import CheckpointError, FusionError, MismatchError, OutputError
+from longcat_plugins.fusion.validation import compare
+from longcat_plugins.fusion.writer import ShardWriter, torch_dtype
+
+if TYPE_CHECKING:
+    import torch
+
+    from longcat_plugins.components import FusionMethod
+    from longcat_plugins.host import Host
+
+#: files of a base checkpoint that are weights in other formats: never copied into the output
+_STALE_WEIGHTS = (".safetensors", ".bin", ".pt", ".pth", ".ckpt", ".msgpack", ".h5", ".gguf")
+PROVENANCE_FILE = "fusion.json"
+
+
+@dataclass(frozen=True)
+class Expert:
+    """One domain expert: its checkpoint directory, its weight, and a label for reports."""
+
+    path: Path
+    weight: float = 1.0
+    name: str = ""
+
+    @property
+    def label(self) -> str:
+        return self.name or self.path.name
+
+
+@dataclass(frozen=True)
+class ProgressEvent:
+    """Emitted after each tensor of each pass (``phase`` is ``"norms"`` or ``"merge"``)."""
+
+    phase: str
+    tensor: str
+    tensors_done: int
+    tensors_total: int
+    bytes_done: int
+    bytes_total: int
+
+
+@dataclass
+class ExpertReport:
+    name: str
+    path: Path
+    weight: float
+    #: L2 norm of θ_expert − θ_base over every merged (floating-point) tensor
+    delta_norm: float
+    #: what the method reported per expert, summed over tensors, as fractions of the merged elements
+    fractions: dict[str, float] = field(default_factory=dict)
+
+
+@dataclass
+class FusionReport:
+    output: Path
+    method: str
+    settings: dict[str, Any]
+    seed: int
+    experts: list[ExpertReport]
+    tensors_merged: int
+    tensors_copied: int
+    elements_merged: int
+    bytes_read: int
+    bytes_written: int
+    seconds: float
+    norm_pass_seconds: float
+    warnings: list[str]
+
+    def to_json(self) -> dict[str, Any]:
+        data = dataclasses.asdict(self)
+        data["output"] = str(self.output)
+        for expert in data["experts"]:
+            expert["path"] = str(expert["path"])
+        return data
+
+
+def _as_expert(item: Expert | str | os.PathLike[str] | tuple[Any, float]) -> Expert:
+    if isinstance(item, Expert):
+        return item
+    if isinstance(item, tuple):
+        path, weight = item
+        return Expert(Path(path), float(weight))
+    return Expert(Path(item))
+
+
+def resolve_method(name: str, params: Mapping[str, Any] | None, host: Host | None = None) -> tuple[FusionMethod, Any]:
+    """The fusion method ``name`` (built-in or from a plugin) and its typed settings.
+
+    Raises ``UnknownComponentError`` (listing the choices) or ``ConfigError`` (key paths under ``params``).
+    """
+    from longcat_plugins.config import build_settings
+    from longcat_plugins.host import get_host
+
+    component = (host or get_host()).get("fusion", name)
+    return component, build_settings(component, dict(params or {}), "params")
+
+
+def _settings_kwargs(settings: Any) -> dict[str, Any]:
+    return dataclasses.asdict(settings) if settings is not None else {}
+
+
+def _probe(method: FusionMethod, settings: Any, weights: list[float]) -> None:
+    """Call the method once on one-element tensors so bad parameter values fail before any work."""
+    import torch
+
+    from longcat_plugins.config import ConfigError, ConfigProblem
+    from longcat_plugins.fusion.contract import ParamError
+
+    ctx = TensorContext("<probe>", 0, "<probe>", tuple(1.0 for _ in weights))
+    base = torch.zeros(1)
+    experts = [torch.full((1,), 0.5) for _ in weights]
+    try:
+        out = method.target(base, experts, list(weights), ctx, **_settings_kwargs(settings))
+    except ParamError as exc:
+        raise ConfigError([ConfigProblem(f"params.{exc.key}", str(exc).split(": ", 1)[-1])]) from None
+    except (ValueError, TypeError) as exc:
+        raise ConfigError([ConfigProblem("params", f"fusion method {method.name!r} rejected them: {exc}")]) from None
+    except Exception:  # noqa: BLE001 - e.g. a method that needs 2-D tensors: it gets its chance on real ones
+        return
+    if not (isinstance(out, tuple) and len(out) == 2 and isinstance(out[0], torch.Tensor)):
+        raise FusionError(
+            f"fusion method {method.name!r} ({method.target_path}) must return (tensor, stats), got {type(out).__name__}"
+        )
+
+
+def tied_aliases(base: Checkpoint) -> dict[str, str]:
+    """Output-embedding name -> input-embedding name, when the config ties them and both are stored.
+
+    A tied pair stored twice is merged with the same random draws (keyed by the input
+    embedding's name), so identical inputs give identical outputs and the pair stays tied;
+    the alias is left out of the global norms so it is not counted twice.
+    """
+    try:
+        config = json.loads((base.path / "config.json").read_text())
+    except (OSError, ValueError):
+        config = {}
+    tie = config.get("tie_word_embeddings", (config.get("text_config") or {}).get("tie_word_embeddings", True))
+    if not tie:
+        return {}
+    inputs = [
+        n
+        for n in base.tensors
+        if n.endswith(("embed_tokens.weight", "wte.weight", "word_embeddings.weight", "embed_in.weight"))
+    ]
+    outputs = [n for n in base.tensors if n.endswith(("lm_head.weight", "embed_out.weight"))]
+    if len(inputs) == 1 and len(outputs) == 1:
+        return {outputs[0]: inputs[0]}
+    return {}
+
+
+def _check_output(output: Path, inputs: Sequence[Path], overwrite: bool) -> None:
+    resolved = output.resolve()
+    for path in inputs:
+        src = path.resolve()
+        if resolved == src or src.is_relative_to(resolved):
+            raise OutputError(f"output {output} would replace the input checkpoint {path}; choose another directory")
+    if output.exists() and not overwrite:
+        raise OutputError(f"output {output} already exists; remove it or pass --overwrite (overwrite=True)")
+
+
+class _Loader:
+    """Reads one tensor from the base and every expert as float32 copies, optionally one tensor ahead."""
+
+    def __init__(self, base: Checkpoint, experts: Sequence[Checkpoint], prefetch: bool) -> None:
+        self.base = base
+        self.experts = experts
+        self.pool = ThreadPoolExecutor(max_workers=1, thread_name_prefix="fusion-read") if prefetch else None
+
+    def _load(self, info: TensorInfo) -> tuple[torch.Tensor, list[torch.Tensor]]:
+        import torch
+
+        base = self.base.read(info.name).to(torch.float32, copy=True)
+        return base, [e.read(info.name).to(torch.float32, copy=True) for e in self.experts]
+
+    def iterate(self, infos: Sequence[TensorInfo]) -> Iterator[tuple[TensorInfo, torch.Tensor, list[torch.Tensor]]]:
+        if self.pool is None:
+            for info in infos:
+                yield (info, *self._load(info))
+            return
+        pending: Future[tuple[torch.Tensor, list[torch.Tensor]]] | None = None
+        for i, info in enumerate(infos):
+            current = pending.result() if pending is not None else self._load(info)
+            pending = self.pool.submit(self._load, infos[i + 1]) if i + 1 < len(infos) else None
+            yield (info, *current)
+
+    def close(self) -> None:
+        if self.pool is not None:
+            self.pool.shutdown(wait=True, cancel_futures=True)
+
+
+def fuse(
+    base: str | os.PathLike[str],
+    experts: Sequence[Expert | str | os.PathLike[str] | tuple[Any, float]],
+    output: str | os.PathLike[str],
+    *,
+    method: str = "longcat",
+    params: Mapping[str, Any] | None = None,
+    seed: int = 0,
+    overwrite: bool = False,
+    host: Host | None = None,
+    progress: Callable[[ProgressEvent], None] | None = None,
+    prefetch: bool = False,
+    dry_run: bool = False,
+) -> FusionReport:
+    """Merge ``experts`` (fine-tuned from ``base``) into one checkpoint at ``output``.
+
+    ``method`` names a fusion method (``longcat``, ``task_arithmetic``, ``ties``, or one a
+    plugin registers); ``params`` are its settings. Everything is validated before anything is
+    written; ``dry_run`` stops there. ``prefetch`` reads the next tensor in a second thread while
+    this one is merged (peak memory then holds two tensors' N+1 copies): it pays when reading is
+    slower than merging (network storage), not on a local disk with 2 cores. Returns a :class:`FusionReport`.
+    """
+    expert_specs = [_as_expert(e) for e in experts]
+    if not expert_specs:
+        raise FusionError("no experts given: fusion needs at least one expert checkpoint")
+    weights = [float(e.weight) for e in expert_specs]
+    for i, w in enumerate(weights):
+        if not math.isfinite(w):
+            raise FusionError(f"experts[{i}] weight must be a finite number, got {w}")
+    component, settings = resolve_method(method, params, host)
+    start = time.perf_counter()  # after the host's plugin discovery, a once-per-process cost
+    out_dir = Path(output)
+
+    problems: list[str] = []
+    checkpoints: list[Checkpoint | None] = []
+    for label, path in [("base", Path(base))] + [(f"experts[{i}]", e.path) for i, e in enumerate(expert_specs)]:
+        try:
+            checkpoints.append(Checkpoint.open(path, label))
+        except CheckpointError as exc:
+            problems += exc.problems
+            checkpoints.append(None)
+    if problems:
+        raise CheckpointError(problems)
+    base_ckpt, *expert_ckpts = [c for c in checkpoints if c is not None]
+    mismatches = compare(base_ckpt, expert_ckpts)
+    if mismatches:
+        raise MismatchError(mismatches)
+    _check_output(out_dir, [base_ckpt.path, *(c.path for c in expert_ckpts)], overwrite)
+    _probe(component, settings, weights)
+    report = FusionReport(
+        output=out_dir,
+        method=component.name,
+        settings=_settings_kwargs(settings),
+        seed=seed,
+        experts=[ExpertReport(e.label, e.path, e.weight, 0.0) for e in expert_specs],
+        tensors_merged=0,
+        tensors_copied=0,
+        elements_merged=0,
+        bytes_read=0,
+        bytes_written=0,
+        seconds=0.0,
+        norm_pass_seconds=0.0,
+        warnings=[],
+    )
+    if dry_run:
+        report.seconds = time.perf_counter() - start
+        return report
+
+    aliases = tied_aliases(base_ckpt)
+    infos = list(base_ckpt.iter_in_file_order())
+    float_infos = [i for i in infos if i.is_float]
+    loader = _Loader(base_ckpt, expert_ckpts, prefetch)
+    bytes_per_pass = base_ckpt.total_bytes * (len(expert_ckpts) + 1)
+    sq_norms: list[float] | None = None
+    try:
+        if needs_global_norms(component.target, settings):
+            t0 = time.perf_counter()
+            sq_norms = _global_sq_norms(loader, [i for i in float_infos if i.name not in aliases], progress)
+            report.norm_pass_seconds = time.perf_counter() - t0
+            report.bytes_read += sum(i.nbytes for i in float_infos if i.name not in aliases) * (len(expert_ckpts) + 1)
+        created = [p for p in [out_dir.parent, *out_dir.parent.parents] if not p.exists()]
+        out_dir.parent.mkdir(parents=True, exist_ok=True)
+        tmp = Path(tempfile.mkdtemp(prefix=f".{out_dir.name}.fusing-", dir=out_dir.parent))
+        try:
+            _merge_into(
+                tmp, base_ckpt, expert_ckpts, infos, aliases, component, settings, weights, seed, sq_norms, loader,
+                report, progress, bytes_per_pass,
+            )  # fmt: skip
+            _copy_side_files(base_ckpt, tmp)
+            provenance = {
+                "method": component.name,
+                "plugin": component.plugin,
+                "params": report.settings,
+                "seed": seed,
+                "base": str(base_ckpt.path),
+                "experts": [{"path": str(e.path), "weight": e.weight, "name": e.label} for e in expert_specs],
+            }
+            (tmp / PROVENANCE_FILE).write_text(json.dumps(provenance, indent=2) + "\n")
+            _replace(tmp, out_dir)
+        except BaseException:
+            shutil.rmtree(tmp, ignore_errors=True)
+            for parent in created:  # directories made for the output, innermost first, if still empty
+                with contextlib.suppress(OSError):
+                    parent.rmdir()
+            raise
+    finally:
+        loader.close()
+        for ckpt in (base_ckpt, *expert_ckpts):
+            ckpt.close()
+    if sq_norms is not None:
+        for rep, sq in zip(report.experts, sq_norms, strict=True):
+            rep.delta_norm = math.sqrt(sq)
+    report.seconds = time.perf_counter() - start
+    return report
+
+
+def _global_sq_norms(
+    loader: _Loader, infos: Sequence[TensorInfo], progress: Callable[[ProgressEvent], None] | None
+) -> list[float]:
+    """Σ over tensors of ‖θ_i − θ_base‖² per expert: the first pass, for global normalisation."""
+    import torch
+
+    sq = [0.0] * len(loader.experts)
+    total = sum(i.nbytes for i in infos) * (len(loader.experts) + 1)
+    done = 0
+    for k, (info, base, experts) in enumerate(loader.iterate(infos)):
+        for j, e in enumerate(experts):
+            sq[j] += float(torch.linalg.vector_norm(e.sub_(base))) ** 2  # our own copy: in place is free
+        done += info.nbytes * (len(experts) + 1)
+        if progress is not None:
+            progress(ProgressEvent("norms", info.name, k + 1, len(infos), done, total))
+    return sq
+
+
+def _merge_into(
+    tmp: Path,
+    base: Checkpoint,
+    experts: Sequence[Checkpoint],
+    infos: Sequence[TensorInfo],
+    aliases: Mapping[str, str],
+    component: FusionMethod,
+    settings: Any,
+    weights: list[float],
+    seed: int,
+    sq_norms: list[float] | None,
+    loader: _Loader,
+    report: FusionReport,
+    progress: Callable[[ProgressEvent], None] | None,
+    bytes_total: int,
+) -> None:
+    import torch
+
+    kwargs = _settings_kwargs(settings)
+    norms = tuple(math.sqrt(s) for s in sq_norms) if sq_norms is not None else None
+    own_sq = [0.0] * len(experts)
+    method_norms = has_delta_norms(component.target)
+    counts: dict[str, list[float]] = {}
+    writers = {name: ShardWriter(tmp / name, shard) for name, shard in base.shards.items()}
+    float_infos = [i for i in infos if i.is_float]
+    float_iter = loader.iterate(float_infos)
+    done_bytes = 0
+    try:
+        for k, info in enumerate(infos):
+            if info.is_float:
+                got, b32, e32 = next(float_iter)
+                assert got is info
+                counted = sq_norms is None and info.name not in aliases
+                if counted and not method_norms:
+                    for j, e in enumerate(e32):
+                        own_sq[j] += float(torch.dist(e, b32)) ** 2
+                ctx = TensorContext(info.name, seed, aliases.get(info.name, info.name), norms)
+                merged, stats = component.target(b32, e32, list(weights), ctx, **kwargs)
+                del b32, e32
+                stats = dict(stats or {})
+                delta_sq = stats.pop(DELTA_SQ, None)
+                if counted and method_norms and delta_sq is not None:
+                    for j, value in enumerate(delta_sq):
+                        own_sq[j] += float(value)
+                if not isinstance(merged, torch.Tensor) or tuple(merged.shape) != info.shape:
+                    shape = list(merged.shape) if isinstance(merged, torch.Tensor) else type(merged).__name__
+                    raise FusionError(
+                        f"fusion method {component.name!r} returned {shape} for tensor {info.name}, "
+                        f"expected shape {list(info.shape)}"
+                    )
+                # a sum is finite only if every element is (NaN and ±inf propagate): one cheap reduction
+                if not math.isfinite(float(merged.sum())) and not bool(torch.isfinite(merged).all()):
+                    report.warnings.append(f"tensor {info.name}: the merged values contain NaN or inf")
+                for key, per_expert in stats.items():
+                    acc = counts.setdefault(key, [0.0] * len(experts))
+                    for j, value in enumerate(per_expert):
+                        acc[j] += float(value)
+                writers[info.file].write(info, merged.to(torch_dtype(info.dtype)))
+                del merged
+                report.tensors_merged += 1
+                report.elements_merged += info.numel
+            else:
+                raw = base.read(info.name)
+                for ckpt in experts:
+                    if not torch.equal(ckpt.read(info.name), raw):
+                        report.warnings.append(
+                            f"tensor {info.name} ({info.dtype}) differs in {ckpt.label} ({ckpt.path}); "
+                            "non-float tensors are copied from the base"
+                        )
+                writers[info.file].write(info, raw)
+                report.tensors_copied += 1
+            done_bytes += info.nbytes * (len(experts) + 1)
+            report.bytes_written += info.nbytes
+            if progress is not None:
+                progress(ProgressEvent("merge", info.name, k + 1, len(infos), done_bytes, bytes_total))
+        for writer in writers.values():
+            writer.close()
+    except BaseException:
+        for writer in writers.values():
+            writer.abort()
+        raise
+    report.bytes_read += done_bytes
+    if sq_norms is None:
+        for rep, sq in zip(report.experts, own_sq, strict=True):
+            rep.delta_norm = math.sqrt(sq)
+    total = max(report.elements_merged, 1)
+    for key, per_expert in counts.items():
+        for rep, value in zip(report.experts, per_expert, strict=True):
+            rep.fractions[key] = value / total
+    if base.index is not None:
+        shutil.copyfile(base.path / INDEX_FILE, tmp / INDEX_FILE)
+
+
+def _copy_side_files(base: Checkpoint, tmp: Path) -> None:
+    """config, generation config, tokenizer and any other small file of the base (not weights)."""
+    for path in sorted(base.path.iterdir()):
+        if not path.is_file() or path.name in (INDEX_FILE, PROVENANCE_FILE) or path.name.endswith(_STALE_WEIGHTS):
+            continue
+        shutil.copy2(path, tmp / path.name)
+
+
+def _replace(tmp: Path, out_dir: Path) -> None:
+    """Move the finished ``tmp`` to ``out_dir``; an existing one (overwrite) is swapped out, then removed."""
+    old: Path | None = None
+    if out_dir.exists() or out_dir.is_symlink():
+        old = Path(tempfile.mkdtemp(prefix=f".{out_dir.name}.old-", dir=out_dir.parent))
+        old.rmdir()
+        out_dir.rename(old)
+    try:
+        tmp.rename(out_dir)
+    except BaseException:
+        if old is not None:  # put the previous output back
+            old.rename(out_dir)
+        raise
+    if old is not None:
+        if old.is_dir() and not old.is_symlink():
+            shutil.rmtree(old, ignore_errors=True)
+        else:
+            old.unlink()

@@ -1,0 +1,35 @@
+"""Errors of the fusion family. Each carries *every* problem found, not just the first, so one
+run tells the user all that is wrong (which checkpoint, which file, which tensor)."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+
+class FusionError(Exception):
+    """Base of everything the fusion engine refuses to do."""
+
+
+class _ProblemList(FusionError):
+    title = "problem(s)"
+
+    def __init__(self, problems: Sequence[str]) -> None:
+        self.problems = list(problems)
+        lines = "\n".join(f"  - {p}" for p in self.problems)
+        super().__init__(f"{len(self.problems)} {self.title}; nothing was written:\n{lines}")
+
+
+class CheckpointError(_ProblemList):
+    """A checkpoint directory that cannot be read: missing, missing shards, truncated files, bad index."""
+
+    title = "checkpoint problem(s)"
+
+
+class MismatchError(_ProblemList):
+    """Experts whose tensors do not match the base (names, shapes, dtypes)."""
+
+    title = "mismatch(es) between the experts and the base"
+
+
+class OutputError(FusionError):
+    """The output directory exists (without ``overwrite``) or overlaps an input."""

@@ -1,0 +1,260 @@
+"""The built-in fusion methods: LongCat's normalise → DARE drop → sign erase, task arithmetic, TIES.
+
+Each is a plain per-tensor function following :mod:`longcat_plugins.fusion.contract`; its
+keyword-only parameters are its config. Inputs are float32 copies the method owns, so the
+work is done in place (peak ≈ N+1 tensors plus a mask).
+
+Terms used below, for expert i with weight w_i on one tensor:
+``δ_i = θ_i − θ_base`` (the task vector), ``c_i`` the contribution added to the base.
+The *majority direction* of an element is the sign of Σ_i c_i (``majority="mass"``, as in
+TIES and SCE) or of Σ_i sign(c_i) (``"count"``, ties broken by the mass, then +). Zero
+contributions never disagree.
+
+This module must keep real (not stringified) annotations on the keyword-only parameters:
+they become the config schema and are checked with :func:`typing.get_type_hints`.
+"""
+
+from typing import TYPE_CHECKING, Literal
+
+from longcat_plugins.fusion.contract import (
+    DELTA_SQ,
+    ParamError,
+    TensorContext,
+    reports_delta_norms,
+    uses_global_norms,
+)
+
+if TYPE_CHECKING:
+    import torch
+
+Majority = Literal["mass", "count"]
+
+
+def _majority_positive(contribs: "list[torch.Tensor]", majority: str) -> "torch.Tensor":
+    """True where the majority direction of the contributions is + (a bool tensor: 1 byte per element)."""
+    import torch
+
+    mass = torch.zeros_like(contribs[0])
+    for c in contribs:
+        mass.add_(c)
+    positive = mass >= 0
+    if majority == "mass":
+        return positive
+    count = torch.zeros_like(contribs[0])
+    for c in contribs:
+        count.add_(torch.sign(c))
+    return torch.where(count == 0, positive, count > 0)
+
+
+def _opposes(c: "torch.Tensor", positive: "torch.Tensor") -> "torch.Tensor":
+    """Non-zero entries of ``c`` pointing against the majority direction."""
+    import torch
+
+    return torch.where(positive, c < 0, c > 0)
+
+
+def _erase_minority(contribs: "list[torch.Tensor]", majority: str) -> list[int]:
+    """Zero every contribution whose sign opposes the majority direction; counts per expert."""
+    import torch
+
+    positive = _majority_positive(contribs, majority)
+    erased = []
+    for c in contribs:
+        opposite = _opposes(c, positive)
+        erased.append(int(torch.count_nonzero(opposite)))
+        c.masked_fill_(opposite, 0.0)
+    return erased
+
+
+def _sub_and_norm(expert: "torch.Tensor", base: "torch.Tensor") -> float:
+    """δ = θ_expert − θ_base in place; returns Σ δ² (reported so the engine needs no extra pass)."""
+    import torch
+
+    expert.sub_(base)
+    return float(torch.linalg.vector_norm(expert)) ** 2
+
+
+def _check_majority(majority: str) -> None:
+    if majority not in ("mass", "count"):
+        raise ParamError("majority", f"must be 'mass' or 'count', got {majority!r}")
+
+
+def _normalisation_scales(
+    deltas: "list[torch.Tensor]", ctx: TensorContext, normalize: str, delta_sq: list[float]
+) -> list[float]:
+    """s_i = mean_j(‖δ_j‖) / ‖δ_i‖ over experts with a non-zero norm (0 for a zero task vector).
+
+    ``global``: ‖·‖ is the L2 norm of the expert's whole task vector (all merged tensors),
+    so each expert is rescaled by one scalar and keeps its own layer-to-layer structure.
+    ``tensor``: the L2 norm of this tensor's δ_i alone.
+    """
+    if normalize == "none":
+        return [1.0] * len(deltas)
+    if normalize == "global":
+        if ctx.expert_norms is None:
+            raise RuntimeError("normalize='global' needs ctx.expert_norms; the engine did not provide them")
+        norms = list(ctx.expert_norms)
+    else:
+        norms = [sq**0.5 for sq in delta_sq]
+    present = [n for n in norms if n > 0]
+    if not present:
+        return [0.0] * len(deltas)
+    target = sum(present) / len(present)
+    return [target / n if n > 0 else 0.0 for n in norms]
+
+
+@reports_delta_norms
+@uses_global_norms(lambda settings: settings.normalize == "global")
+def longcat(
+    base: "torch.Tensor",
+    experts: "list[torch.Tensor]",
+    weights: list[float],
+    ctx: TensorContext,
+    *,
+    normalize: Literal["global", "tensor", "none"] = "global",
+    drop_rate: float = 0.5,
+    rescale: bool = True,
+    erase: bool = True,
+    majority: Majority = "mass",
+) -> "tuple[torch.Tensor, dict[str, list[float]]]":
+    """LongCat-Flash-Thinking fusion: normalised task vectors, DARE drop with rescale, SCE-style sign erase.
+
+    1. normalise: c_i = w_i · s_i · δ_i with s_i from ``normalize`` (see ``_normalisation_scales``);
+    2. drop (``drop_rate`` p > 0): each element of c_i is kept where
+       ``torch.rand(shape, generator=ctx.generator(i), dtype=float32) >= p`` and, with
+       ``rescale``, multiplied by 1/(1−p) so the expected contribution is unchanged;
+    3. erase: elements of c_i whose sign opposes the majority direction are zeroed;
+    4. merged = θ_base + Σ_i c_i.
+
+    With ``normalize="none"``, ``drop_rate=0`` and ``erase=False`` this is weighted task arithmetic.
+    """
+    import torch
+
+    if not 0.0 <= drop_rate < 1.0:
+        raise ParamError("drop_rate", f"must be in [0, 1), got {drop_rate}")
+    if normalize not in ("global", "tensor", "none"):
+        raise ParamError("normalize", f"must be 'global', 'tensor' or 'none', got {normalize!r}")
+    _check_majority(majority)
+    n = len(experts)
+    delta_sq = []
+    for e in experts:
+        delta_sq.append(_sub_and_norm(e, base))
+    scales = _normalisation_scales(experts, ctx, normalize, delta_sq)
+    dropped = [0.0] * n
+    for i, delta in enumerate(experts):
+        factor = weights[i] * scales[i]
+        if drop_rate > 0:
+            keep = torch.rand(delta.shape, generator=ctx.generator(i), dtype=torch.float32) >= drop_rate
+            dropped[i] = float(delta.numel() - int(torch.count_nonzero(keep)))
+            delta.mul_(keep)
+            del keep
+            if rescale:
+                factor /= 1.0 - drop_rate
+        if factor != 1.0:
+            delta.mul_(factor)
+    erased = [float(x) for x in _erase_minority(experts, majority)] if erase else [0.0] * n
+    merged = experts[0]
+    for c in experts[1:]:
+        merged.add_(c)
+    merged.add_(base)
+    return merged, {"dropped": dropped, "erased": erased, DELTA_SQ: delta_sq}
+
+
+@reports_delta_norms
+def task_arithmetic(
+    base: "torch.Tensor",
+    experts: "list[torch.Tensor]",
+    weights: list[float],
+    ctx: TensorContext,
+    *,
+    scale: float = 1.0,
+) -> "tuple[torch.Tensor, dict[str, list[float]]]":
+    """Task arithmetic: θ_base + scale · Σ_i w_i δ_i."""
+    delta_sq = [_sub_and_norm(e, base) for e in experts]
+    acc = experts[0].mul_(weights[0])
+    for w, e in zip(weights[1:], experts[1:], strict=True):
+        acc.add_(e.mul_(w))
+    if scale != 1.0:
+        acc.mul_(scale)
+    return acc.add_(base), {DELTA_SQ: delta_sq}
+
+
+def _trim(delta: "torch.Tensor", density: float, generator: "torch.Generator") -> int:
+    """Keep the k = ``max(1, int(density·n))`` largest |δ| (all if density ≥ 1, none if 0); returns how many were cut.
+
+    The k-th largest magnitude is found by selection. Entries tied exactly at it (common with
+    bf16 deltas, which take few distinct values) are chosen uniformly at random with the
+    expert's seeded generator: exactly k kept, reproducible, and no bias towards any region
+    of the matrix (keeping the lowest indices would favour its first rows).
+    """
+    import torch
+
+    numel = delta.numel()
+    if density >= 1.0 or numel == 0:
+        return 0
+    if density <= 0.0:
+        delta.zero_()
+        return numel
+    k = max(1, int(density * numel))
+    flat = delta.view(-1)
+    magnitude = flat.abs()
+    threshold = torch.kthvalue(magnitude, numel - k + 1).values
+    keep = magnitude > threshold
+    short = k - int(torch.count_nonzero(keep))
+    tied = torch.nonzero(magnitude == threshold).view(-1)
+    del magnitude
+    if short >= tied.numel():
+        keep[tied] = True
+    else:
+        keep[tied[torch.randperm(tied.numel(), generator=generator)[:short]]] = True
+    del tied
+    flat.mul_(keep)
+    return numel - k
+
+
+@reports_delta_norms
+def ties(
+    base: "torch.Tensor",
+    experts: "list[torch.Tensor]",
+    weights: list[float],
+    ctx: TensorContext,
+    *,
+    density: float = 0.2,
+    majority: Majority = "mass",
+    normalize: bool = True,
+    scale: float = 1.0,
+) -> "tuple[torch.Tensor, dict[str, list[float]]]":
+    """TIES-merging: trim each δ_i to its top-``density`` magnitudes, elect signs, disjoint (weighted) mean.
+
+    c_i = w_i · trim(δ_i) (see ``_trim``: exactly k entries, ties at the threshold drawn with
+    ``ctx.generator(i)``); m = majority direction of the c_i; agreeing entries are those with
+    sign(c_i) = m; merged = θ_base + scale · Σ_agree c_i / Σ_agree w_i (``normalize``; a zero
+    divisor counts as 1) or θ_base + scale · Σ_agree c_i (not ``normalize``).
+    """
+    import torch
+
+    if not 0.0 <= density <= 1.0:
+        raise ParamError("density", f"must be in [0, 1], got {density}")
+    _check_majority(majority)
+    trimmed, delta_sq = [], []
+    for i, (w, e) in enumerate(zip(weights, experts, strict=True)):
+        delta_sq.append(_sub_and_norm(e, base))
+        trimmed.append(float(_trim(e, density, ctx.generator(i))))
+        e.mul_(w)
+    positive = _majority_positive(experts, majority)
+    merged = torch.zeros_like(base)
+    divisor = torch.zeros_like(base) if normalize else None
+    erased = []
+    for w, c in zip(weights, experts, strict=True):
+        opposite = _opposes(c, positive)
+        erased.append(float(torch.count_nonzero(opposite)))
+        c.masked_fill_(opposite, 0.0)
+        merged.add_(c)
+        if divisor is not None:
+            divisor.add_(c != 0, alpha=w)
+    if divisor is not None:
+        divisor[divisor == 0] = 1.0
+        merged.div_(divisor)
+    if scale != 1.0:
+        merged.mul_(scale)
+    return merged.add_(base), {"trimmed": trimmed, "erased": erased, DELTA_SQ: delta_sq}

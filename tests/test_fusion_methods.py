@@ -1,0 +1,260 @@
+"""Numerics of the built-in fusion methods against independent float64 references.
+
+The references below are written from the method descriptions (LongCat-Flash-Thinking's
+fusion: normalise task vectors, DARE drop with rescale, SCE-style sign erase; TIES: trim,
+elect, disjoint mean) and from the documented random-draw contract (docs/fusion.md: expert
+i's keep-mask for tensor ``name`` is ``torch.rand(shape, dtype=float32) >= p`` from a
+generator seeded with ``sha256(f"{seed}/{name}/{i}")[:8]`` little-endian, shifted right by
+one). They call nothing from ``longcat_plugins.fusion`` except through the engine under test.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import itertools
+from pathlib import Path
+
+import pytest
+import torch
+from test_fusion_support import random_family, read_checkpoint, write_family
+
+from longcat_plugins.fusion import fuse
+
+WEIGHTS = [1.0, 0.5, 0.8]
+SEED = 7
+
+
+def keep_mask(seed: int, name: str, expert: int, shape: tuple[int, ...], p: float) -> torch.Tensor:
+    digest = hashlib.sha256(f"{seed}/{name}/{expert}".encode()).digest()
+    gen = torch.Generator().manual_seed(int.from_bytes(digest[:8], "little") >> 1)
+    return torch.rand(shape, generator=gen, dtype=torch.float32) >= p
+
+
+def majority_sign(contribs: list[torch.Tensor], majority: str) -> torch.Tensor:
+    mass = sum(contribs)
+    mass_sign = torch.where(mass >= 0, 1.0, -1.0).double()
+    if majority == "mass":
+        return mass_sign
+    count = sum(torch.sign(c) for c in contribs)
+    return torch.where(count > 0, 1.0, torch.where(count < 0, -1.0, mass_sign)).double()
+
+
+def ref_longcat(
+    base: dict[str, torch.Tensor],
+    experts: list[dict[str, torch.Tensor]],
+    weights: list[float],
+    *,
+    seed: int,
+    normalize: str,
+    drop_rate: float,
+    rescale: bool = True,
+    erase: bool,
+    majority: str = "mass",
+) -> dict[str, torch.Tensor]:
+    """θ_base + Σ_i c_i with c_i = w_i · s_i · δ_i, dropped and rescaled, minority signs erased."""
+    deltas = [{n: e[n].double() - base[n].double() for n in base} for e in experts]
+    if normalize == "global":  # one scalar per expert: the whole task vector's L2 norm
+        norms = [sum(float((d[n] ** 2).sum()) for n in d) ** 0.5 for d in deltas]
+    out = {}
+    for name, b in base.items():
+        d = [delta[name] for delta in deltas]
+        if normalize == "tensor":
+            norms = [float(x.norm()) for x in d]
+        if normalize == "none":
+            s = [1.0] * len(d)
+        else:
+            nonzero = [x for x in norms if x > 0]
+            target = sum(nonzero) / len(nonzero)
+            s = [target / x if x > 0 else 0.0 for x in norms]
+        c = [w * si * di for w, si, di in zip(weights, s, d, strict=True)]
+        if drop_rate > 0:
+            for i in range(len(c)):
+                keep = keep_mask(seed, name, i, tuple(b.shape), drop_rate).double()
+                c[i] = c[i] * keep / ((1 - drop_rate) if rescale else 1.0)
+        if erase:
+            m = majority_sign(c, majority)
+            c = [torch.where(ci * m < 0, 0.0, ci) for ci in c]
+        out[name] = b.double() + sum(c)
+    return out
+
+
+def ref_ties(
+    base: dict[str, torch.Tensor],
+    experts: list[dict[str, torch.Tensor]],
+    weights: list[float],
+    *,
+    density: float,
+    normalize: bool = True,
+    scale: float = 1.0,
+) -> dict[str, torch.Tensor]:
+    """TIES (Yadav et al. 2023): keep the top-k |δ_i| (k = max(1, ⌊density·n⌋)), weight, elect the
+    sign of the weighted sum, average the agreeing entries weighted by w (a zero divisor counts as 1)."""
+    out = {}
+    for name, b in base.items():
+        trimmed = []
+        for e in experts:
+            d = (e[name].double() - b.double()).flatten()
+            k = max(1, int(density * d.numel())) if density < 1 else d.numel()
+            kept = torch.zeros_like(d)
+            top = torch.argsort(d.abs(), descending=True)[:k]
+            kept[top] = d[top]
+            trimmed.append(kept.reshape(b.shape))
+        c = [w * t for w, t in zip(weights, trimmed, strict=True)]
+        elected = torch.where(sum(c) >= 0, 1.0, -1.0).double()
+        agree = [(torch.sign(ci) == elected).double() for ci in c]
+        num = sum(ci * a for ci, a in zip(c, agree, strict=True))
+        den = sum(w * a for w, a in zip(weights, agree, strict=True))
+        den = torch.where(den == 0, 1.0, den)
+        out[name] = b.double() + scale * (num / den if normalize else num)
+    return out
+
+
+@pytest.fixture(scope="module")
+def family(tmp_path_factory: pytest.TempPathFactory) -> tuple[dict, list[dict], Path, list[Path]]:
+    base, experts = random_family(n_experts=3, seed=1)
+    root = tmp_path_factory.mktemp("family")
+    base_dir, expert_dirs = write_family(root, base, experts, shards=3, expert_shards=2)
+    return base, experts, base_dir, expert_dirs
+
+
+def run(family: tuple, tmp_path: Path, method: str, params: dict, seed: int = SEED) -> dict[str, torch.Tensor]:
+    _, _, base_dir, expert_dirs = family
+    out = tmp_path / f"out-{method}"
+    fuse(base_dir, list(zip(expert_dirs, WEIGHTS, strict=True)), out, method=method, params=params, seed=seed)
+    return read_checkpoint(out)
+
+
+def assert_matches(got: dict[str, torch.Tensor], want: dict[str, torch.Tensor]) -> None:
+    assert set(got) == set(want)
+    for name in want:
+        # float32 arithmetic against a float64 reference on O(1) values: a few float32 ulps
+        torch.testing.assert_close(got[name].double(), want[name], rtol=1e-5, atol=1e-5, msg=name)
+
+
+COMBOS = list(itertools.product(["none", "tensor", "global"], [0.0, 0.4], [False, True]))
+
+
+@pytest.mark.parametrize(("normalize", "drop_rate", "erase"), COMBOS, ids=[f"{n}-p{p}-erase{e}" for n, p, e in COMBOS])
+def test_longcat_every_step_combination(
+    family: tuple, tmp_path: Path, normalize: str, drop_rate: float, erase: bool
+) -> None:
+    base, experts, _, _ = family
+    params = {"normalize": normalize, "drop_rate": drop_rate, "erase": erase}
+    got = run(family, tmp_path, "longcat", params)
+    assert_matches(got, ref_longcat(base, experts, WEIGHTS, seed=SEED, **params))
+
+
+@pytest.mark.parametrize("majority", ["mass", "count"])
+def test_longcat_without_rescale_and_with_count_majority(family: tuple, tmp_path: Path, majority: str) -> None:
+    base, experts, _, _ = family
+    params = {"normalize": "global", "drop_rate": 0.3, "rescale": False, "erase": True, "majority": majority}
+    got = run(family, tmp_path, "longcat", params)
+    assert_matches(got, ref_longcat(base, experts, WEIGHTS, seed=SEED, **params))
+
+
+def test_no_drop_no_erase_is_weighted_task_arithmetic(family: tuple, tmp_path: Path) -> None:
+    base, experts, _, _ = family
+    longcat = run(family, tmp_path, "longcat", {"normalize": "none", "drop_rate": 0.0, "erase": False})
+    arithmetic = run(family, tmp_path, "task_arithmetic", {})
+    want = {
+        n: b.double() + sum(w * (e[n].double() - b.double()) for w, e in zip(WEIGHTS, experts, strict=True))
+        for n, b in base.items()
+    }
+    assert_matches(arithmetic, want)
+    for name in base:  # same arithmetic in the same order: bit-identical, not just close
+        assert torch.equal(longcat[name], arithmetic[name]), name
+
+
+def test_task_arithmetic_scale(family: tuple, tmp_path: Path) -> None:
+    base, experts, _, _ = family
+    got = run(family, tmp_path, "task_arithmetic", {"scale": 0.3})
+    want = {
+        n: b.double() + 0.3 * sum(w * (e[n].double() - b.double()) for w, e in zip(WEIGHTS, experts, strict=True))
+        for n, b in base.items()
+    }
+    assert_matches(got, want)
+
+
+@pytest.mark.parametrize(("density", "normalize"), [(0.3, True), (1.0, True), (0.5, False)])
+def test_ties_matches_reference(family: tuple, tmp_path: Path, density: float, normalize: bool) -> None:
+    base, experts, _, _ = family
+    got = run(family, tmp_path, "ties", {"density": density, "normalize": normalize})
+    assert_matches(got, ref_ties(base, experts, WEIGHTS, density=density, normalize=normalize))
+
+
+def test_dare_rescale_keeps_the_expected_delta() -> None:
+    """E[mask·δ/(1−p)] = δ. Over K seeds on a fixed tensor the mean merged delta of each element
+    is δ_j·(1/K)Σ keep/(1−p), whose standard deviation is |δ_j|·sqrt(p/((1−p)K)). Every element
+    must lie within 5 standard deviations (a false alarm per element has probability 6e-7,
+    so about 1e-4 for the 200 elements; the draws are seeded, so the test is deterministic),
+    the pooled z-score over all elements within 5 as well, and without rescale the same
+    statistic must detect the shrinkage to (1−p)·δ."""
+    from longcat_plugins.fusion.contract import TensorContext
+    from longcat_plugins.fusion.methods import longcat
+
+    p, k = 0.6, 400
+    gen = torch.Generator().manual_seed(3)
+    base = torch.randn(200, generator=gen)
+    delta = 0.1 * torch.randn(200, generator=gen)
+    sums = {True: torch.zeros(200, dtype=torch.float64), False: torch.zeros(200, dtype=torch.float64)}
+    dropped = 0.0
+    for rescale in (True, False):
+        for seed in range(k):
+            ctx = TensorContext("w", seed, "w")
+            merged, stats = longcat(
+                base.clone(), [(base + delta)], [1.0], ctx, normalize="none", drop_rate=p, rescale=rescale, erase=False
+            )
+            sums[rescale] += merged.double() - base.double()
+            dropped += stats["dropped"][0] if rescale else 0.0
+    sd = delta.double().abs() * (p / ((1 - p) * k)) ** 0.5
+    z = (sums[True] / k - delta.double()) / sd
+    assert z.abs().max() < 5, z.abs().max()
+    assert abs(float(z.sum()) / len(z) ** 0.5) < 5
+    # without rescale every element shrinks towards 0 by p·δ_j: about 10 standard deviations each
+    shrink = -torch.sign(delta.double()) * (sums[False] / k - delta.double()) / sd
+    assert float(shrink.min()) > 5 and float(shrink.sum()) / len(shrink) ** 0.5 > 20
+    # the dropped count is Binomial(n=200·k, p): within 5 standard deviations of its mean
+    n = 200 * k
+    assert abs(dropped - p * n) < 5 * (n * p * (1 - p)) ** 0.5
+
+
+def test_bad_parameters_fail_before_anything_is_written(family: tuple, tmp_path: Path) -> None:
+    from longcat_plugins.config import ConfigError
+
+    _, _, base_dir, expert_dirs = family
+    out = tmp_path / "never"
+    cases = [
+        ("longcat", {"drop_rate": 1.0}, "params.drop_rate", "must be in [0, 1)"),
+        ("longcat", {"dropp_rate": 0.1}, "params.dropp_rate", "did you mean 'drop_rate'"),
+        ("longcat", {"normalize": "layer"}, "params.normalize", "expected one of"),
+        ("longcat", {"erase": "yes"}, "params.erase", "expected bool"),
+        ("ties", {"density": 1.5}, "params.density", "must be in [0, 1]"),
+    ]
+    for method, params, path, text in cases:
+        with pytest.raises(ConfigError) as info:
+            fuse(base_dir, expert_dirs, out, method=method, params=params)
+        assert any(p.path == path and text in p.message for p in info.value.problems), (params, info.value)
+    assert not out.exists()
+    assert [p.name for p in tmp_path.iterdir()] == []
+
+
+def test_ties_breaks_magnitude_ties_at_random_but_reproducibly() -> None:
+    """bf16 deltas take few distinct values, so many entries can tie at the k-th magnitude:
+    exactly k are kept, the tied ones drawn with the seeded generator (not the first rows)."""
+    from longcat_plugins.fusion.contract import TensorContext
+    from longcat_plugins.fusion.methods import ties
+
+    delta = torch.ones(64, 64)
+    delta.view(-1)[torch.randperm(4096, generator=torch.Generator().manual_seed(0))[:100]] = 2.0
+    k = 1024  # density 0.25: the 100 twos and 924 of the 3996 tied ones
+
+    def kept(seed: int) -> torch.Tensor:
+        merged, stats = ties(torch.zeros(64, 64), [delta.clone()], [1.0], TensorContext("w", seed, "w"), density=0.25)
+        assert stats["trimmed"] == [4096.0 - k]
+        return merged != 0
+
+    first, again, other = kept(1), kept(1), kept(2)
+    assert int(first.sum()) == k and torch.equal(first, again) and not torch.equal(first, other)
+    assert bool(first[delta == 2.0].all())
+    lower_half = int(first[32:].sum()) / k  # ~0.5 when the tied ones are drawn uniformly
+    assert 0.4 < lower_half < 0.6, lower_half
