@@ -8,8 +8,8 @@
   16 MiB reads, median of 3 passes, cross-checked with ``dd iflag=direct``;
 - every merge runs in a fresh process with its inputs evicted from the page cache first
   (``posix_fadvise(DONTNEED)`` on our own files: no root needed), so it really reads the disk;
-  wall time and peak RSS (``wait4``'s ``ru_maxrss``) of that process; an idle interpreter
-  that imported the same modules is reported as the floor;
+  wall time and peak RSS (``wait4``'s ``ru_maxrss``) of that process; an interpreter that
+  only imported the same modules is reported as each side's floor;
 - agreement where the methods coincide: task arithmetic and TIES element by element (same
   arithmetic in float32, written as bf16); DARE statistically (different random streams:
   fraction of elements dropped in every expert, regression slope of the merged delta on
@@ -416,11 +416,12 @@ def main() -> None:
             capture_output=True,
             text=True,
         ).stdout.strip()
+        mk_idle = measure([str(Path(mk_path).parent / "python"), "-c", "import mergekit.scripts.run_yaml"])
         for label, r in mk.items():
             r["throughput_mib_s"] = r["bytes_read"] / r["wall_s"] / 2**20
             r["fraction_of_disk"] = r["throughput_mib_s"] / disk["mib_s"]
             print(f"mergekit {label}: {r['wall_s']:.1f} s process, peak RSS {r['peak_rss_mib']:.0f} MiB", flush=True)
-        results["mergekit"] = {"version": version, **mk}
+        results["mergekit"] = {"version": version, "floor_peak_rss_mib": mk_idle["peak_rss_mib"], **mk}
         results["agreement"] = {
             "task_arithmetic": elementwise_agreement(out / "ours-task_arithmetic", out / "mergekit-task_arithmetic"),
             "ties": {
