@@ -12,6 +12,7 @@ import dataclasses
 import enum
 import inspect
 import re
+import typing
 from dataclasses import dataclass
 from typing import Any, ClassVar
 
@@ -208,9 +209,14 @@ def schema_from_signature(fn: Any, schema_name: str) -> type | None:
     """A dataclass whose fields are ``fn``'s keyword-only parameters (mergekit-style: the typed
     signature is the config). Every such parameter needs an annotation and a default."""
     fields: list[tuple[str, Any, Any]] = []
+    try:  # resolve string annotations (modules using `from __future__ import annotations`)
+        hints = typing.get_type_hints(fn)
+    except Exception:  # noqa: BLE001 - an unresolvable hint is reported below as missing
+        hints = {}
     for param in inspect.signature(fn).parameters.values():
         if param.kind is not inspect.Parameter.KEYWORD_ONLY:
             continue
+        param = param.replace(annotation=hints.get(param.name, param.annotation))
         if param.annotation is inspect.Parameter.empty or param.default is inspect.Parameter.empty:
             raise TypeError(
                 f"{getattr(fn, '__qualname__', fn)}: keyword-only parameter {param.name!r} needs a type annotation "

@@ -218,6 +218,13 @@ def test_fusion_signature_is_its_schema() -> None:
     method = FusionMethod("m", _merge)
     assert {f.name: f.default for f in dataclasses.fields(method.config)} == {"alpha": 0.5, "seed": 0}
 
+    # this module uses `from __future__ import annotations`: the schema still has real types
+    from longcat_plugins.config import build_settings
+
+    assert build_settings(method, {"alpha": 0.25}, "x") == method.config(alpha=0.25, seed=0)
+    with pytest.raises(Exception, match=r"x\.alpha: expected float"):
+        build_settings(method, {"alpha": "big"}, "x")
+
     def untyped(*, alpha=1.0) -> None: ...
 
     with pytest.raises(TypeError, match="alpha"):
