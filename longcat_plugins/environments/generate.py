@@ -268,10 +268,14 @@ class _Builder:
         if not k:
             return False
         if t.op == "get":
+            rec = self.cur(ctx, e, k)
             options = [
                 f
                 for f in t.fields
-                if ent.fields[f].type != "ref" and (e, k, f) not in ctx.written and ent.fields[f].type != "text"
+                if ent.fields[f].type != "ref"
+                and (e, k, f) not in ctx.written
+                and ent.fields[f].type != "text"
+                and renderings(rec.get(f))  # never ask for an empty value (a create's "" default)
             ]
             out = self.rng.choice(options) if options else ""
             if out:

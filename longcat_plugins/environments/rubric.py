@@ -5,7 +5,9 @@ A rubric is a list of items, each checked on its own (score = fraction met):
 - ``db_field``: record ``key`` of ``entity`` has ``field == value`` at the end;
 - ``db_created``: exactly one new ``entity`` record has all of ``fields``;
 - ``db_deleted``: record ``key`` of ``entity`` is gone;
-- ``output``: the final answer states ``value`` (any of its ``renderings``, as a whole token);
+- ``output``: the final answer states ``value`` (any of its ``renderings``, as a whole token); an
+  empty value (``""``, whitespace, ``None``) has no rendering, so it is never met: a required output
+  must be something an answer can be checked against, not a pattern every answer contains;
 - ``no_collateral``: nothing else in the database changed (no wrong record cancelled, no stray create).
 
 ``Outcome.details`` maps ``index:kind[:what]`` to a bool per item; ``Outcome.notes`` holds
@@ -23,7 +25,11 @@ from longcat_plugins.environments.domain import DBView, Record
 
 
 def renderings(value: Any) -> list[str]:
-    """The ways a final answer may state ``value``: dates ISO or MM/DD/YYYY, money with or without cents."""
+    """The ways a final answer may state ``value``: dates ISO or MM/DD/YYYY, money with or without cents.
+
+    Empty for an empty value: nothing an answer says can state "nothing"."""
+    if value is None or (isinstance(value, str) and not value.strip()):
+        return []
     if isinstance(value, bool):
         return ["yes", "true"] if value else ["no", "false"]
     if isinstance(value, float):
@@ -42,6 +48,8 @@ def renderings(value: Any) -> list[str]:
 def _said(answer: str, forms: list[str]) -> bool:
     low = answer.lower()
     for form in forms:
+        if not str(form).strip():
+            continue  # an empty form would match every answer
         if re.search(r"(?<![\w.])" + re.escape(form.lower()) + r"(?![\w]|\.\d)", low):
             return True
     return False
@@ -90,7 +98,8 @@ def evaluate(view: DBView, rubric: list[dict[str, Any]], final_answer: str = "")
             allowed_deleted.add((item["entity"], item["key"]))
             name += f":{item['entity']}.{item['key']}"
         elif kind == "output":
-            ok = _said(final_answer, list(item.get("renderings") or renderings(item["value"])))
+            forms = [f for f in (item.get("renderings") or renderings(item["value"])) if str(f).strip()]
+            ok = bool(forms) and bool(renderings(item["value"])) and _said(final_answer, forms)
             name += f":{item.get('name', '')}"
         elif kind == "no_collateral":
             continue

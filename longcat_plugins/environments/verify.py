@@ -1,5 +1,6 @@
 """Verification of generated environments (report §3.1.1: every environment stays executable and
-verifiable). Each task's golden chain must run without an error and pass its rubric; an empty
+verifiable). Each task's golden chain must run without an error and pass its rubric, and require
+no empty output (a rubric any answer would meet); an empty
 trajectory, the chain missing its last state-changing step, and the chain with one argument changed
 must each fail. An environment with any task that does not behave so is rejected.
 
@@ -12,6 +13,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from longcat_plugins.environments.domain import Toolkit
+from longcat_plugins.environments.rubric import renderings
 from longcat_plugins.environments.runtime import Task, ToolEnvironment
 from longcat_plugins.environments.spec import DomainSpec
 
@@ -89,6 +91,9 @@ def verify_environment(env: ToolEnvironment) -> Verdict:
         wrong = _mutated(golden, env)
         if wrong is not None and run_chain(env, task, wrong, answer)[1]:
             fail("wrong_argument_passes", f"{task.task_id}: the chain with a wrong argument passes")
+        for item in task.rubric:
+            if item["kind"] == "output" and not renderings(item.get("value")):
+                fail("empty_required_output", f"{task.task_id}: requires an empty output {item.get('name', '')}")
         if task.required_outputs and run_chain(env, task, golden, "Done.")[1]:
             fail("missing_output_passes", f"{task.task_id}: passes without stating the required outputs")
     return v
