@@ -15,7 +15,7 @@ import re
 from collections.abc import Callable, Iterator
 from typing import Any
 
-from longcat_plugins.environments.spec import DomainSpec, EntitySpec, FieldSpec, ToolDef
+from longcat_plugins.environments.spec import DomainSpec, EntitySpec, FieldSpec, Rule, ToolDef
 
 Record = dict[str, Any]
 Tables = dict[str, dict[str, Record]]
@@ -212,11 +212,67 @@ def _page(items: list[Record], page: int, size: int) -> dict[str, Any]:
     return {"items": chunk, "page": page, "more_available": start + size < len(items)}
 
 
-def _check_when(ent: EntitySpec, rec: Record, when: dict[str, tuple[Any, ...]]) -> str | None:
-    for f, allowed in when.items():
-        if rec.get(f) not in allowed:
-            return f"precondition failed: {ent.name} {f} is {rec.get(f)!r}, must be one of {list(allowed)}"
+def path_value(spec: DomainSpec, view: DBView, entity: str, rec: Record, path: str) -> tuple[bool, Any]:
+    """The value at ``field`` or ``ref_field.field...`` from ``rec`` (following refs in ``view``);
+    (False, None) when a referenced record does not exist."""
+    parts = path.split(".")
+    cur_e, cur = entity, rec
+    for part in parts[:-1]:
+        ref_e = spec.entities[cur_e].fields[part].entity
+        nxt = view.get(ref_e, cur.get(part))
+        if nxt is None:
+            return False, None
+        cur_e, cur = ref_e, nxt
+    return True, cur.get(parts[-1])
+
+
+def check_conditions(
+    spec: DomainSpec,
+    view: DBView,
+    ent: EntitySpec,
+    rec: Record,
+    when: dict[str, tuple[Any, ...]],
+    when_any: tuple[dict[str, tuple[Any, ...]], ...] = (),
+) -> str | None:
+    """Why ``rec`` fails a tool's precondition (``when`` all hold, and one ``when_any``
+    alternative holds), or None."""
+
+    def fails(conds: dict[str, tuple[Any, ...]]) -> str | None:
+        for path, allowed in conds.items():
+            found, v = path_value(spec, view, ent.name, rec, path)
+            if not found:
+                return f"{ent.name} {path}: the related record does not exist"
+            if v not in allowed:
+                return f"{ent.name} {path} is {v!r}, must be one of {list(allowed)}"
+        return None
+
+    err = fails(when)
+    if err:
+        return f"precondition failed: {err}"
+    if when_any:
+        errs = [fails(alt) for alt in when_any]
+        if all(errs):
+            return "precondition failed: none of the alternatives holds (" + "; or ".join(str(e) for e in errs) + ")"
     return None
+
+
+def rule_violations(spec: DomainSpec, tables: Tables) -> list[tuple[Rule, str, str]]:
+    """(rule, record key, why) for every record that breaks a declared cross-record rule
+    (:meth:`DomainSpec.rules`): it is in a transition's ``to`` state without meeting the
+    transition's conditions on related records."""
+    rules = spec.rules()
+    if not rules:
+        return []
+    view = DBView(BaseDB(spec, tables))
+    out = []
+    for r in rules:
+        ent = spec.entities[r.entity]
+        for k, rec in tables[r.entity].items():
+            if rec.get(r.field) == r.to:
+                why = check_conditions(spec, view, ent, rec, r.when, r.when_any)
+                if why:
+                    out.append((r, k, why))
+    return out
 
 
 def _compile(spec: DomainSpec, t: ToolDef) -> ToolFn:  # noqa: C901 - one branch per op, each short
@@ -226,6 +282,26 @@ def _compile(spec: DomainSpec, t: ToolDef) -> ToolFn:  # noqa: C901 - one branch
     def fetch(view: DBView, a: dict[str, Any]) -> tuple[Record | None, str | None]:
         rec = view.get(e, a[key])
         return rec, (None if rec is not None else f"no {e} with {key} {a[key]!r}")
+
+    def check_refs(view: DBView, a: dict[str, Any]) -> str | None:
+        """Every ref-valued argument names an existing record that meets its ``require``."""
+        for x, ref_e in t.ref_args.items():
+            owner = spec.entities[ref_e]
+            rec = view.get(ref_e, a[x])
+            if rec is None:
+                return f"no {ref_e} with {owner.key} {a[x]!r}"
+            err = check_conditions(spec, view, owner, rec, t.require.get(x, {}))
+            if err:
+                return err
+        return None
+
+    def clash(view: DBView, new: Record, own: str) -> str | None:
+        """Another record already has this record's values of a ``unique_together`` group."""
+        for group in ent.unique_together:
+            same = [k for k in view.where(e, group[0], new.get(group[0])) if k != own]
+            if any(all((view.get(e, k) or {}).get(g) == new.get(g) for g in group) for k in same):
+                return f"another {e} already has this {' and '.join(group)}"
+        return None
 
     def brief(view: DBView, k: str) -> Record:
         rec = view.get(e, k) or {}
@@ -238,8 +314,11 @@ def _compile(spec: DomainSpec, t: ToolDef) -> ToolFn:  # noqa: C901 - one branch
             if err:
                 return False, {"error": err}
             keys = view.where(e, t.by, a[t.by])
+            for other in t.lookup[1:]:  # a two-key lookup: every key must match
+                keys = [k for k in keys if (view.get(e, k) or {}).get(other) == a[other]]
             if not keys:
-                return False, {"error": f"no {e} with {t.by} {a[t.by]!r}"}
+                what = " and ".join(f"{x} {a[x]!r}" for x in t.lookup)
+                return False, {"error": f"no {e} with {what}"}
             return True, brief(view, keys[0])
 
         return find
@@ -293,7 +372,7 @@ def _compile(spec: DomainSpec, t: ToolDef) -> ToolFn:  # noqa: C901 - one branch
             rec, err = fetch(view, a)
             if rec is None:
                 return False, {"error": err}
-            err = _check_when(ent, rec, t.when)
+            err = check_conditions(spec, view, ent, rec, t.when, t.when_any) or check_refs(view, a)
             if err:
                 return False, {"error": err}
             if t.op == "delete":
@@ -304,6 +383,9 @@ def _compile(spec: DomainSpec, t: ToolDef) -> ToolFn:  # noqa: C901 - one branch
                 if ent.fields[t.field].unique and [k for k in view.where(e, t.field, a[t.field]) if k != a[key]]:
                     return False, {"error": f"another {e} already has {t.field} {a[t.field]!r}"}
                 new[t.field] = a[t.field]
+                err = clash(view, new, a[key])
+                if err:
+                    return False, {"error": err}
             else:
                 if rec.get(t.field) not in t.from_:
                     return False, {
@@ -323,20 +405,19 @@ def _compile(spec: DomainSpec, t: ToolDef) -> ToolFn:  # noqa: C901 - one branch
             a, err = _parse_args(t, args)
             if err:
                 return False, {"error": err}
+            err = check_refs(view, a)
+            if err:
+                return False, {"error": err}
             for x in t.args:
                 f = ent.fields[x]
-                if f.type == "ref":
-                    owner = spec.entities[f.entity]
-                    rec = view.get(f.entity, a[x])
-                    if rec is None:
-                        return False, {"error": f"no {f.entity} with {owner.key} {a[x]!r}"}
-                    err = _check_when(owner, rec, t.require.get(x, {}))
-                    if err:
-                        return False, {"error": err}
                 if f.unique and view.where(e, x, a[x]):
                     return False, {"error": f"a {e} with {x} {a[x]!r} already exists"}
+            new = {**t.defaults, **{x: a[x] for x in t.args}}
+            err = clash(view, new, "")
+            if err:
+                return False, {"error": err}
             new_key = view.new_key(e)
-            view.put(e, new_key, {**t.defaults, **{x: a[x] for x in t.args}})
+            view.put(e, new_key, new)
             return True, {key: new_key}
 
         return create

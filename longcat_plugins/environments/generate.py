@@ -31,7 +31,7 @@ from collections import deque
 from dataclasses import dataclass, field
 from typing import Any
 
-from longcat_plugins.environments.domain import BaseDB, DBView, Record, Tables, Toolkit
+from longcat_plugins.environments.domain import BaseDB, DBView, Record, Tables, Toolkit, rule_violations
 from longcat_plugins.environments.graph import ToolGraph
 from longcat_plugins.environments.rubric import renderings
 from longcat_plugins.environments.runtime import Task, ToolEnvironment
@@ -158,6 +158,8 @@ class _Builder:
         self.log: list[dict[str, Any]] = []
         self.chains: list[tuple[str, _Chain]] = []
         self.growth: list[dict[str, Any]] = []
+        #: (entity, key, field) whose initial value an accepted chain relies on: later chains keep it
+        self.pinned: set[tuple[str, str, str]] = set()
 
     # -- records --------------------------------------------------------------------------------
 
@@ -171,9 +173,22 @@ class _Builder:
                 if f.unique or fname == ent.label:
                     self.values.claim(e, f, fixed[fname])
             elif f.type == "ref":
-                rec[fname] = self.ensure_bound(f.entity, ctx) if ctx is not None else self.any_record(f.entity)
+                rk = self.ensure_bound(f.entity, ctx) if ctx is not None else ""
+                # a record created later by the chain ("$i") or one being made ("?") cannot be linked to
+                rec[fname] = rk if rk and rk[0] not in "$?" else self.any_record(f.entity)
             else:
                 rec[fname] = self.values.make(e, f, unique=fname == ent.label)
+        for group in ent.unique_together:
+            for _ in range(50):
+                if not any(all(r.get(g) == rec.get(g) for g in group) for r in self.tables[e].values()):
+                    break
+                free = [g for g in group if g not in fixed]
+                if not free:
+                    raise GenerationError(f"{e}: {dict((g, rec[g]) for g in group)} is already taken")
+                g = self.rng.choice(free)
+                rec[g] = self.values.make(e, ent.fields[g], unique=g == ent.label)
+            else:
+                raise GenerationError(f"{e}: no free combination of {list(group)}")
         self.serial[e] += 1
         key = f"{ent.prefix}-{self.serial[e]:04d}"
         self.tables[e][key] = rec
@@ -199,10 +214,28 @@ class _Builder:
         return ctx.sim.get((e, k)) or self.tables[e][k]
 
     def pin(self, ctx: _Chain, e: str, k: str, conds: dict[str, tuple[Any, ...]], check_only: bool) -> bool:
-        """Make the record satisfy ``conds``: check pinned fields, pin free ones (initial value)."""
+        """Make the record satisfy ``conds``: check pinned fields, pin free ones (initial value).
+        A ``ref.field`` path pins the related record the ref names (and the link itself)."""
         rec = self.cur(ctx, e, k)
-        for f, allowed in conds.items():
-            if (e, k, f) in ctx.fixed or (e, k, f) in ctx.frozen or k.startswith("$"):
+        remote: dict[str, dict[str, tuple[Any, ...]]] = {}
+        local: dict[str, tuple[Any, ...]] = {}
+        for path, allowed in conds.items():
+            head, _, rest = path.partition(".")
+            if rest:
+                remote.setdefault(head, {})[rest] = allowed
+            else:
+                local[head] = allowed
+        for head, sub in remote.items():
+            ref_e = self.spec.entities[e].fields[head].entity
+            rk = rec.get(head)
+            if not isinstance(rk, str) or rk == "?" or (not rk.startswith("$") and rk not in self.tables[ref_e]):
+                return False
+            if not self.pin(ctx, ref_e, rk, sub, check_only):
+                return False
+            if not check_only and not k.startswith("$"):
+                ctx.fixed.add((e, k, head))
+        for f, allowed in local.items():
+            if (e, k, f) in ctx.fixed or (e, k, f) in ctx.frozen or (e, k, f) in self.pinned or k.startswith("$"):
                 if rec.get(f) not in allowed:
                     return False
             elif not check_only:
@@ -212,6 +245,24 @@ class _Builder:
                     ctx.sim[(e, k)][f] = v
                 ctx.fixed.add((e, k, f))
         return True
+
+    def pin_any(
+        self,
+        ctx: _Chain,
+        e: str,
+        k: str,
+        conds: dict[str, tuple[Any, ...]],
+        alternatives: tuple[dict[str, tuple[Any, ...]], ...],
+    ) -> bool:
+        """Pin ``conds`` plus one of ``alternatives`` that can hold (tried in random order)."""
+        alts = list(alternatives) or [{}]
+        self.rng.shuffle(alts)
+        for alt in alts:
+            both = _merge(conds, alt)
+            if both is not None and self.pin(ctx, e, k, both, check_only=True):
+                self.pin(ctx, e, k, both, check_only=False)
+                return True
+        return False
 
     # -- planning one step ----------------------------------------------------------------------
 
@@ -230,17 +281,23 @@ class _Builder:
                 pk = ctx.bound[parent]
                 if pk.startswith("$"):
                     return False
-            if k and ((e, k, t.by) in ctx.written or (e, k, ent.label) in ctx.written):
+            lookup = t.lookup
+            if k and any((e, k, x) in ctx.written for x in (*lookup, ent.label)):
                 return False
             if t.op == "list" and not k:
                 k = ctx.bound[e] = self.new_record(e, {t.by: ctx.bound[parent]}, ctx)
             k = self.ensure_bound(e, ctx)
             rec = self.tables[e][k]
-            ctx.frozen |= {(e, k, t.by), (e, k, ent.label)}
+            ctx.frozen |= {(e, k, x) for x in (*lookup, ent.label)}
             v = rec[t.by]
             if t.op == "find":
                 who = "My" if e == self.gen.persona_entity else f"The {_h(e)}'s"
-                self._fact(ctx, f"{e}.{t.by}", f"{who} {_h(t.by)} is {v}.", [_h(t.by), t.by.split("_")[0]])
+                said = " and ".join(f"{_h(x)} is {rec[x]}" for x in lookup)
+                words = [w for x in lookup for w in (_h(x), x.split("_")[0])]
+                self._fact(ctx, f"{e}.{'+'.join(lookup)}", f"{who} {said}.", words)
+                first = ent.fields[lookup[0]]
+                if len(lookup) > 1 and not first.unique and lookup[0] != ent.label:
+                    self.new_record(e, {lookup[0]: v})  # same name, other birth date: one key is not enough
             else:
                 self.siblings(e, {t.by: v})
                 if t.op == "search":
@@ -254,7 +311,8 @@ class _Builder:
                     identifying=True,
                     vague=f"It is one of the {_h(e)}s; I am not sure which one.",
                 )
-            ctx.steps.append(_Step(t.name, {t.by: v} if t.op != "list" else {t.by: ctx.bound[parent]}))
+            step_args = {x: rec[x] for x in lookup} if t.op != "list" else {t.by: ctx.bound[parent]}
+            ctx.steps.append(_Step(t.name, step_args))
             ctx.known.add(e)
             return True
         if t.op == "count":
@@ -293,8 +351,13 @@ class _Builder:
             return True
         if t.op in ("update", "transition", "delete"):
             targets = [t.field] if t.op == "update" else ([t.field, *t.args] if t.op == "transition" else [])
-            if any((e, k, f) in ctx.frozen or (e, k, f) in ctx.written for f in targets):
+            if any((e, k, f) in ctx.frozen for f in targets):
                 return False
+            # a field written earlier in the chain is written again only by a transition moving the
+            # record on (draft -> signed -> sent); the rubric then expects the last value
+            rewrites = [f for f in targets if (e, k, f) in ctx.written]
+            if rewrites and (t.op != "transition" or k.startswith("$") or self.tables[e][k].get(t.field) == t.to):
+                return False  # (moving back to the initial value would make doing nothing pass)
             if t.op == "delete" and (
                 k.startswith("$")
                 or e in ctx.counted
@@ -307,9 +370,29 @@ class _Builder:
                 conds[t.field] = tuple(x for x in t.from_ if x != t.to)
                 if not conds[t.field]:
                     return False
-            if not self.pin(ctx, e, k, conds, check_only=True):
+            targets_of = {a: ctx.bound[ref_e] for a, ref_e in (t.ref_args.items() if t.op == "transition" else ())}
+            for a, rk in targets_of.items():
+                ref_e = t.ref_args[a]
+                same = self.cur(ctx, e, k).get(a) == rk
+                if same and ((e, k, a) in ctx.fixed | ctx.frozen | self.pinned or k.startswith("$")):
+                    return False
+                if not self.pin(ctx, ref_e, rk, t.require.get(a, {}), check_only=True):
+                    return False
+            if not any(
+                (m := _merge(conds, alt)) is not None and self.pin(ctx, e, k, m, check_only=True)
+                for alt in (t.when_any or ({},))
+            ):
                 return False
-            self.pin(ctx, e, k, conds, check_only=False)
+            for a, rk in targets_of.items():
+                ref_e = t.ref_args[a]
+                if self.cur(ctx, e, k).get(a) == rk:  # the record must name another one before the change
+                    other = self.new_record(ref_e)
+                    self.tables[e][k][a] = other
+                    if (e, k) in ctx.sim:
+                        ctx.sim[(e, k)][a] = other
+                self.pin(ctx, ref_e, rk, t.require.get(a, {}), check_only=False)
+                ctx.frozen |= {(ref_e, rk, f) for f in t.require.get(a, {}) if "." not in f}
+            self.pin_any(ctx, e, k, conds, t.when_any)
             rec = dict(self.cur(ctx, e, k))
             args: dict[str, Any] = {ent.key: k}
             if t.op == "delete":
@@ -324,11 +407,19 @@ class _Builder:
                 else:
                     sets[t.field] = t.to
                     for a in t.args:
-                        sets[a] = self.values.different(e, ent.fields[a], rec.get(a))
+                        if a in targets_of:
+                            sets[a] = targets_of[a]
+                        else:
+                            sets[a] = self.values.different(e, ent.fields[a], rec.get(a))
                 for f, v in sets.items():
                     rec[f] = v
                     ctx.written.add((e, k, f))
                     ctx.fixed.add((e, k, f))
+                    ctx.items = [
+                        i
+                        for i in ctx.items
+                        if not (i["kind"] == "db_field" and (i["entity"], i["key"], i["field"]) == (e, k, f))
+                    ]
                     ctx.items.append({"kind": "db_field", "entity": e, "key": k, "field": f, "value": v})
                     for item in ctx.items:  # a record created earlier in the chain ends with the new value
                         if item.get("placeholder") == k and f in item["fields"]:
@@ -339,7 +430,10 @@ class _Builder:
                 if t.op == "update":
                     ctx.goals.append(f"Please change the {_h(t.field)} of the {_h(e)} to {sets[t.field]}.")
                 else:
-                    extra = ", ".join(f"{_h(a)}: {v}" for a, v in user_args.items())
+                    extra = ", ".join(
+                        f"{_h(a)}: {v}" if a not in targets_of else f"to the {_h(t.ref_args[a])} I mentioned"
+                        for a, v in user_args.items()
+                    )
                     ctx.goals.append(f"Please {self._phrase(t)}" + (f" ({extra})." if extra else "."))
             ctx.steps.append(_Step(t.name, args))
             return True
@@ -357,7 +451,8 @@ class _Builder:
         for a, rk in refs.items():
             self.pin(ctx, ent.fields[a].entity, rk, t.require.get(a, {}), check_only=False)
             for f in t.require.get(a, {}):
-                ctx.frozen.add((ent.fields[a].entity, rk, f))
+                if "." not in f:
+                    ctx.frozen.add((ent.fields[a].entity, rk, f))
         user = {
             a: self.values.make(e, ent.fields[a], unique=a == ent.label) for a in t.args if ent.fields[a].type != "ref"
         }
@@ -473,6 +568,8 @@ class _Builder:
                 item["placeholder"] = _renumber(item["placeholder"], renumber)
             if "key" in item:
                 item["key"] = _renumber(item["key"], renumber)
+            if "value" in item:
+                item["value"] = _renumber(item["value"], renumber)
             if "fields" in item:
                 item["fields"] = {k: _renumber(v, renumber) for k, v in item["fields"].items()}
         for step in ctx.steps:
@@ -492,6 +589,7 @@ class _Builder:
 
     def add_chain(self, ctx: _Chain, kind: str, pool: set[str]) -> None:
         self.chains.append((kind, ctx))
+        self.pinned |= ctx.fixed | ctx.frozen | ctx.written
         for t in ctx.tools:
             if t not in self.env_tools:
                 self.env_tools.append(t)
@@ -575,7 +673,32 @@ class _Builder:
             self.expand(list(self.env_tools), all_tools, cfg.min_tools - len(self.env_tools), None)
         if len(self.env_tools) < cfg.min_tools:
             raise GenerationError(f"{self.spec.domain}: only {len(self.env_tools)} tools reachable")
+        self.enforce_rules()
         return self.finalize(index)
+
+    def enforce_rules(self) -> None:
+        """Seed data that keeps every declared cross-record rule: a record in a rule's ``to`` state
+        that breaks it is moved to another state, or (when a task relies on that state) its
+        related records are pinned to one alternative of the rule. GenerationError if neither can."""
+        spec = self.spec
+        protected = _Chain()
+        for _ in range(4):
+            bad = rule_violations(spec, self.tables)
+            if not bad:
+                return
+            for rule, k, _why in bad:
+                e = rule.entity
+                if (e, k, rule.field) not in self.pinned | protected.fixed:
+                    targets = {r.to for r in spec.rules() if r.entity == e and r.field == rule.field}
+                    others = [v for v in spec.entities[e].fields[rule.field].values if v not in targets]
+                    if others:
+                        self.tables[e][k][rule.field] = self.rng.choice(others)
+                        continue
+                if not self.pin_any(protected, e, k, rule.when, rule.when_any):
+                    raise GenerationError(f"{spec.domain}: {e} {k} breaks rule {rule.tool} and a task relies on it")
+        left = rule_violations(spec, self.tables)
+        if left:
+            raise GenerationError(f"{spec.domain}: seed data still breaks {len(left)} rule(s): {left[0][2]}")
 
     def finalize(self, index: int) -> ToolEnvironment:
         base = BaseDB(self.spec, self.tables)
@@ -609,6 +732,8 @@ class _Builder:
                     item["fields"] = {k: _resolve(v, results, self.spec, ctx) for k, v in item["fields"].items()}
                 elif "key" in item:
                     item["key"] = _resolve(item["key"], results, self.spec, ctx)
+                if "value" in item:
+                    item["value"] = _resolve(item["value"], results, self.spec, ctx)
                 items.append(item)
             items.append({"kind": "no_collateral"})
             persona = self._persona(ctx)
@@ -655,6 +780,16 @@ def _resolve(v: Any, results: list[Any], spec: DomainSpec, ctx: _Chain) -> Any:
         step_tool = spec.tools[ctx.steps[i].tool]
         return results[i][spec.entities[step_tool.entity].key]
     return v
+
+
+def _merge(a: dict[str, tuple[Any, ...]], b: dict[str, tuple[Any, ...]]) -> dict[str, tuple[Any, ...]] | None:
+    """Both conditions at once (allowed values intersect); None when some path can hold no value."""
+    out = dict(a)
+    for k, v in b.items():
+        out[k] = tuple(x for x in out[k] if x in v) if k in out else v
+        if not out[k]:
+            return None
+    return out
 
 
 class GenerationError(RuntimeError):

@@ -103,6 +103,8 @@ class EntitySpec:
     prefix: str
     label: str
     fields: dict[str, FieldSpec]
+    #: field groups whose combined values identify one record (a two-key lookup's key)
+    unique_together: tuple[tuple[str, ...], ...] = ()
 
     def refs(self) -> dict[str, str]:
         """ref field -> referenced entity."""
@@ -146,9 +148,25 @@ class ToolDef:
     from_: tuple[Any, ...] = ()
     to: Any = None
     args: tuple[str, ...] = ()
+    #: precondition, every path must hold: ``field`` or ``ref_field.field`` (a related record)
     when: dict[str, tuple[Any, ...]] = dc_field(default_factory=dict)
+    #: precondition, at least one alternative (a ``when``-style mapping) must hold
+    when_any: tuple[dict[str, tuple[Any, ...]], ...] = ()
+    #: ref argument -> precondition on the record it names (create and transition)
     require: dict[str, dict[str, tuple[Any, ...]]] = dc_field(default_factory=dict)
     defaults: dict[str, Any] = dc_field(default_factory=dict)
+    #: every field a find looks up by (``by`` is the first); one field unless a two-key lookup
+    by_all: tuple[str, ...] = ()
+
+    @property
+    def lookup(self) -> tuple[str, ...]:
+        """The fields a find/search takes (two-key lookups take several)."""
+        return self.by_all or ((self.by,) if self.by else ())
+
+    @property
+    def ref_args(self) -> dict[str, str]:
+        """Argument -> entity whose id it takes, for a create's or transition's ref-valued args."""
+        return {p.name: p.ref for p in self.params if p.ref and p.name in self.args}
 
     @property
     def needs(self) -> frozenset[str]:
@@ -178,6 +196,20 @@ class ToolDef:
 
 
 @dataclass(frozen=True)
+class Rule:
+    """A transition's conditions on related records, read as a data invariant: every ``entity``
+    record whose ``field`` is ``to`` (the state only that transition leads to) meets them, in the
+    seed data too (a prescription already sent to a pharmacy had its authorisation approved)."""
+
+    tool: str
+    entity: str
+    field: str
+    to: Any
+    when: dict[str, tuple[Any, ...]]
+    when_any: tuple[dict[str, tuple[Any, ...]], ...]
+
+
+@dataclass(frozen=True)
 class DomainSpec:
     domain: str
     description: str
@@ -186,6 +218,18 @@ class DomainSpec:
     tools: dict[str, ToolDef]
     source: str = ""
     raw: dict[str, Any] = dc_field(default_factory=dict, compare=False, repr=False)
+
+    def rules(self) -> list[Rule]:
+        """Every declared cross-record rule (a transition ``when``/``when_any`` path through a ref)."""
+        out = []
+        for t in self.tools.values():
+            if t.op != "transition":
+                continue
+            when = {p: v for p, v in t.when.items() if "." in p}
+            alts = t.when_any if any("." in p for alt in t.when_any for p in alt) else ()
+            if when or alts:
+                out.append(Rule(t.name, t.entity, t.field, t.to, when, alts))
+        return out
 
 
 def resolve_spec_path(spec: str | Path) -> Path:
@@ -228,6 +272,11 @@ def parse_spec(raw: Any, source: str = "spec") -> DomainSpec:
     for key in ("domain", "entities", "tools"):
         if key not in raw:
             problems.append(ConfigProblem(key, "required key is missing"))
+    if "domain" in raw and not (isinstance(raw["domain"], str) and raw["domain"].isidentifier()):
+        problems.append(ConfigProblem("domain", f"must be an identifier (got {raw['domain']!r})"))
+    for key in ("description", "policy"):
+        if key in raw and not isinstance(raw[key], str):
+            problems.append(ConfigProblem(key, f"must be a string (got {type(raw[key]).__name__})"))
     if problems:
         raise SpecError(problems, source=source)
     entities = _parse_entities(raw["entities"], problems)
@@ -266,6 +315,15 @@ def _unknown(d: dict[str, Any], allowed: set[str], path: str, problems: list[Con
             problems.append(ConfigProblem(where, f"unknown key (allowed: {sorted(allowed)})"))
 
 
+#: keys a field may carry, by type (anything else is rejected: it would be silently ignored)
+_FIELD_KEYS: dict[str, set[str]] = {t: {"type", "unique"} for t in FIELD_TYPES}
+_FIELD_KEYS["enum"] = {"type", "values"}
+_FIELD_KEYS["bool"] = {"type"}
+_FIELD_KEYS["ref"] = {"type", "entity"}
+_FIELD_KEYS["int"] = {"type", "unique", "min", "max"}
+_FIELD_KEYS["money"] = {"type", "min", "max"}
+
+
 def _parse_entities(raw: Any, problems: list[ConfigProblem]) -> dict[str, EntitySpec]:
     out: dict[str, EntitySpec] = {}
     if not isinstance(raw, dict) or not raw:
@@ -276,7 +334,7 @@ def _parse_entities(raw: Any, problems: list[ConfigProblem]) -> dict[str, Entity
         if not isinstance(e, dict):
             problems.append(ConfigProblem(path, "must be a mapping"))
             continue
-        _unknown(e, {"key", "prefix", "label", "fields"}, path, problems)
+        _unknown(e, {"key", "prefix", "label", "fields", "unique_together"}, path, problems)
         fields: dict[str, FieldSpec] = {}
         rawf = e.get("fields")
         if not isinstance(rawf, dict) or not rawf:
@@ -287,18 +345,36 @@ def _parse_entities(raw: Any, problems: list[ConfigProblem]) -> dict[str, Entity
             if not isinstance(f, dict) or "type" not in f:
                 problems.append(ConfigProblem(fp, "must be a mapping with a 'type'"))
                 continue
-            _unknown(f, {"type", "values", "entity", "unique", "min", "max"}, fp, problems)
             ftype = f["type"]
             if ftype not in FIELD_TYPES:
                 problems.append(ConfigProblem(f"{fp}.type", f"unknown type {ftype!r} (known: {sorted(FIELD_TYPES)})"))
                 continue
+            n0 = len(problems)
+            for k in f:
+                if k not in _FIELD_KEYS[ftype]:
+                    problems.append(
+                        ConfigProblem(
+                            f"{fp}.{k}", f"not used by a {ftype} field (allowed: {sorted(_FIELD_KEYS[ftype])})"
+                        )
+                    )
             if ftype == "enum" and not (isinstance(f.get("values"), list) and f["values"]):
                 problems.append(ConfigProblem(f"{fp}.values", "an enum needs a non-empty list of values"))
-                continue
             if ftype == "ref" and f.get("entity") not in raw:
                 problems.append(
                     ConfigProblem(f"{fp}.entity", f"ref to unknown entity {f.get('entity')!r} (known: {sorted(raw)})")
                 )
+            if "unique" in f and not isinstance(f["unique"], bool):
+                problems.append(ConfigProblem(f"{fp}.unique", f"must be true or false (got {f['unique']!r})"))
+            bounds = {}
+            for b, default in (("min", 1 if ftype == "int" else 5), ("max", 10 if ftype == "int" else 500)):
+                v = f.get(b, default)
+                if isinstance(v, bool) or not isinstance(v, (int, float)):
+                    problems.append(ConfigProblem(f"{fp}.{b}", f"must be a number (got {v!r})"))
+                bounds[b] = v
+            if len(problems) > n0:
+                continue
+            if bounds["min"] > bounds["max"]:
+                problems.append(ConfigProblem(f"{fp}.min", f"{bounds['min']} > max {bounds['max']}"))
                 continue
             fields[fname] = FieldSpec(
                 name=fname,
@@ -306,8 +382,8 @@ def _parse_entities(raw: Any, problems: list[ConfigProblem]) -> dict[str, Entity
                 values=tuple(f.get("values", ())),
                 entity=str(f.get("entity", "")),
                 unique=bool(f.get("unique", False)),
-                min=float(f.get("min", 1 if ftype == "int" else 5)),
-                max=float(f.get("max", 10 if ftype == "int" else 500)),
+                min=float(bounds["min"]),
+                max=float(bounds["max"]),
             )
         key = e.get("key")
         if not isinstance(key, str) or not key:
@@ -324,52 +400,111 @@ def _parse_entities(raw: Any, problems: list[ConfigProblem]) -> dict[str, Entity
         refs = [f.entity for f in fields.values() if f.type == "ref"]
         if len(refs) != len(set(refs)):
             problems.append(ConfigProblem(f"{path}.fields", "at most one ref field per referenced entity"))
+        if "prefix" in e and not (isinstance(e["prefix"], str) and e["prefix"].isalnum()):
+            problems.append(ConfigProblem(f"{path}.prefix", f"must be letters/digits (got {e['prefix']!r})"))
+        groups: list[tuple[str, ...]] = []
+        raw_groups = e.get("unique_together") or []
+        if not isinstance(raw_groups, list):
+            problems.append(ConfigProblem(f"{path}.unique_together", "must be a list of field lists"))
+            raw_groups = []
+        for gi, g in enumerate(raw_groups):
+            gp = f"{path}.unique_together[{gi}]"
+            if not isinstance(g, list) or len(g) < 2 or len(set(map(str, g))) != len(g):
+                problems.append(ConfigProblem(gp, f"must list two or more distinct fields (got {g!r})"))
+                continue
+            bad = [x for x in g if x not in fields or fields[x].type in ("ref", "bool", "enum")]
+            if bad:
+                problems.append(ConfigProblem(gp, f"not value fields (non-ref, non-enum, non-bool) of {ename}: {bad}"))
+                continue
+            groups.append(tuple(g))
         out[ename] = EntitySpec(
             name=ename,
             key=key,
             prefix=str(e.get("prefix", ename[:3].upper())),
             label=str(label),
             fields=fields,
+            unique_together=tuple(groups),
         )
     return out
 
 
-_TOOL_KEYS = {
-    "name",
-    "op",
-    "entity",
-    "description",
-    "verb",
-    "by",
-    "field",
-    "fields",
-    "from",
-    "to",
-    "args",
-    "when",
-    "require",
-    "defaults",
+_COMMON_TOOL_KEYS = {"name", "op", "entity", "description"}
+#: the keys each op honours; any other key is rejected with its path (never accepted and ignored)
+OP_KEYS: dict[str, set[str]] = {
+    "find": {"by"},
+    "search": {"by"},
+    "get": {"fields"},
+    "list": {"by"},
+    "count": {"by"},
+    "update": {"field", "when", "when_any"},
+    "transition": {"field", "from", "to", "args", "when", "when_any", "require", "verb"},
+    "create": {"args", "require", "defaults"},
+    "delete": {"when", "when_any"},
 }
+_TOOL_KEYS = _COMMON_TOOL_KEYS.union(*OP_KEYS.values())
+
+
+def value_problem(f: FieldSpec, v: Any) -> str | None:
+    """Why ``v`` cannot be a value of field ``f`` (None: it can)."""
+    if f.type == "enum":
+        return None if v in f.values else f"{v!r} is not one of {list(f.values)}"
+    if f.type == "bool":
+        return None if isinstance(v, bool) else f"{v!r} is not true/false"
+    if f.type == "int":
+        return None if isinstance(v, int) and not isinstance(v, bool) else f"{v!r} is not an integer"
+    if f.type == "money":
+        return None if isinstance(v, (int, float)) and not isinstance(v, bool) else f"{v!r} is not a number"
+    return None if isinstance(v, str) else f"{v!r} is not a string"
+
+
+def resolve_path(entities: dict[str, EntitySpec], ename: str, path: str) -> tuple[list[tuple[str, str]], FieldSpec]:
+    """``a.b.c`` from entity ``ename``: the (entity, ref field) hops and the final field; every
+    part but the last must be a ref field. Raises KeyError with a message naming the bad part."""
+    parts = path.split(".")
+    hops: list[tuple[str, str]] = []
+    cur = ename
+    for i, part in enumerate(parts):
+        f = entities[cur].fields.get(part)
+        if f is None:
+            raise KeyError(f"no field {part!r} in {cur}")
+        if i == len(parts) - 1:
+            return hops, f
+        if f.type != "ref":
+            raise KeyError(f"{part!r} of {cur} is not a ref field, so {'.'.join(parts[i + 1 :])!r} cannot follow it")
+        hops.append((cur, part))
+        cur = f.entity
+    raise KeyError("empty path")
 
 
 def _parse_tool(t: Any, path: str, entities: dict[str, EntitySpec], problems: list[ConfigProblem]) -> ToolDef | None:
     if not isinstance(t, dict):
         problems.append(ConfigProblem(path, "must be a mapping"))
         return None
-    _unknown(t, _TOOL_KEYS, path, problems)
     name, op, ename = t.get("name"), t.get("op"), t.get("entity")
     if not isinstance(name, str) or not name.isidentifier():
+        _unknown(t, _TOOL_KEYS, path, problems)
         problems.append(ConfigProblem(f"{path}.name", f"must be an identifier (got {name!r})"))
         return None
     path = f"{path}({name})"
     if op not in OPS:
+        _unknown(t, _TOOL_KEYS, path, problems)
         problems.append(ConfigProblem(f"{path}.op", f"unknown op {op!r} (known: {list(OPS)})"))
         return None
+    n0 = len(problems)
+    for k in t:
+        if k not in _COMMON_TOOL_KEYS | OP_KEYS[op]:
+            users = sorted(o for o, ks in OP_KEYS.items() if k in ks)
+            why = f"used only by op {users}" if users else "unknown key"
+            problems.append(
+                ConfigProblem(f"{path}.{k}", f"{why}; a {op} tool takes {sorted(_COMMON_TOOL_KEYS | OP_KEYS[op])}")
+            )
     if ename not in entities:
         problems.append(ConfigProblem(f"{path}.entity", f"unknown entity {ename!r} (known: {sorted(entities)})"))
         return None
+    for k in ("description", "verb"):
+        if k in t and not isinstance(t[k], str):
+            problems.append(ConfigProblem(f"{path}.{k}", f"must be a string (got {t[k]!r})"))
     ent = entities[ename]
-    n0 = len(problems)
 
     def need_field(key: str, cond: Any = None, what: str = "a field") -> FieldSpec | None:
         fname = t.get(key)
@@ -379,18 +514,69 @@ def _parse_tool(t: Any, path: str, entities: dict[str, EntitySpec], problems: li
             return None
         return f
 
-    def value_map(key: str, owner: EntitySpec) -> dict[str, tuple[Any, ...]]:
-        raw = t.get(key, {}) or {}
+    def conds(raw: Any, where: str, owner: EntitySpec) -> dict[str, tuple[Any, ...]]:
+        """``path -> allowed values``; a path is a field of ``owner`` or ``ref.field...`` through refs."""
         out: dict[str, tuple[Any, ...]] = {}
-        if not isinstance(raw, dict):
-            problems.append(ConfigProblem(f"{path}.{key}", "must map field -> list of allowed values"))
+        if not isinstance(raw, dict) or not raw:
+            problems.append(ConfigProblem(where, "must map field (or ref_field.field) -> list of allowed values"))
             return out
         for k, v in raw.items():
-            if k not in owner.fields:
-                problems.append(ConfigProblem(f"{path}.{key}.{k}", f"no field {k!r} in {owner.name}"))
+            try:
+                _, f = resolve_path(entities, owner.name, str(k))
+            except KeyError as exc:
+                problems.append(ConfigProblem(f"{where}.{k}", str(exc.args[0])))
                 continue
-            out[k] = tuple(v) if isinstance(v, list) else (v,)
+            vals = tuple(v) if isinstance(v, list) else (v,)
+            bad = [m for m in (value_problem(f, x) for x in vals) if m]
+            if not vals or bad:
+                problems.append(ConfigProblem(f"{where}.{k}", bad[0] if bad else "needs at least one value"))
+                continue
+            out[str(k)] = vals
         return out
+
+    def when_keys() -> None:
+        if t.get("when") is not None:
+            extra["when"] = conds(t["when"], f"{path}.when", ent)
+        raw_any = t.get("when_any")
+        if raw_any is not None:
+            if not isinstance(raw_any, list) or len(raw_any) < 2:
+                problems.append(ConfigProblem(f"{path}.when_any", "must be a list of two or more alternatives"))
+            else:
+                extra["when_any"] = tuple(conds(a, f"{path}.when_any[{i}]", ent) for i, a in enumerate(raw_any))
+
+    def require_key(ref_args: list[str]) -> None:
+        req: dict[str, dict[str, tuple[Any, ...]]] = {}
+        raw = t.get("require")
+        if raw is None:
+            return
+        if not isinstance(raw, dict):
+            problems.append(ConfigProblem(f"{path}.require", "must map a ref argument -> its precondition"))
+            return
+        for rf, c in raw.items():
+            if rf not in ref_args:
+                problems.append(ConfigProblem(f"{path}.require.{rf}", f"must be a ref field listed in args {ref_args}"))
+                continue
+            req[rf] = conds(c, f"{path}.require.{rf}", entities[ent.fields[rf].entity])
+        extra["require"] = req
+
+    def arg_list(required: bool) -> list[str] | None:
+        args = t.get("args", [])
+        if args is None:
+            args = []
+        if not isinstance(args, list) or (required and not args) or len(set(map(str, args))) != len(args):
+            problems.append(
+                ConfigProblem(f"{path}.args", f"must be a list of distinct fields of {ename} (got {args!r})")
+            )
+            return None
+        bad = [a for a in args if a not in ent.fields]
+        if bad:
+            problems.append(ConfigProblem(f"{path}.args", f"no such fields in {ename}: {bad}"))
+            return None
+        return args
+
+    def ref_param(a: str) -> Param:
+        f = ent.fields[a]
+        return Param(a, f, ref=f.entity if f.type == "ref" else "")
 
     key_param = Param(ent.key, FieldSpec(ent.key, "ref", entity=ename), ref=ename)
     page = Param("page", FieldSpec("page", "int"), required=False)
@@ -400,7 +586,21 @@ def _parse_tool(t: Any, path: str, entities: dict[str, EntitySpec], problems: li
     returns: list[tuple[str, str, str]] = []
     reads, writes = {ename}, set()
     extra: dict[str, Any] = {}
-    if op in ("find", "search"):
+    if op == "find" and isinstance(t.get("by"), list):
+        by = t["by"]
+        if tuple(by) not in ent.unique_together:
+            problems.append(
+                ConfigProblem(
+                    f"{path}.by",
+                    f"a lookup by several fields must name a unique_together group of {ename} "
+                    f"(declared: {[list(g) for g in ent.unique_together]}; got {by!r})",
+                )
+            )
+        else:
+            params = [Param(x, ent.fields[x]) for x in by]
+            returns = [key_ret, label_ret]
+            extra.update(by=by[0], by_all=tuple(by))
+    elif op in ("find", "search"):
         cond = (
             (lambda f: f.unique and f.type != "ref") if op == "find" else (lambda f: not f.unique and f.type != "ref")
         )
@@ -411,7 +611,7 @@ def _parse_tool(t: Any, path: str, entities: dict[str, EntitySpec], problems: li
             extra["by"] = f.name
     elif op == "get":
         names = t.get("fields") or list(ent.fields)
-        bad = [x for x in names if x not in ent.fields]
+        bad = [x for x in names if x not in ent.fields] if isinstance(names, list) else names
         if bad:
             problems.append(ConfigProblem(f"{path}.fields", f"unknown fields {bad} of {ename}"))
         else:
@@ -434,63 +634,58 @@ def _parse_tool(t: Any, path: str, entities: dict[str, EntitySpec], problems: li
             returns = [key_ret, (f.name, f.json_type, "")]
             writes.add(f"{ename}.{f.name}")
             extra["field"] = f.name
-        extra["when"] = value_map("when", ent)
+        when_keys()
     elif op == "transition":
         f = need_field("field", lambda f: f.type == "enum", "an enum field")
-        args = t.get("args", []) or []
-        bad = [a for a in args if a not in ent.fields or ent.fields[a].type == "ref"]
-        if bad:
-            problems.append(ConfigProblem(f"{path}.args", f"not non-ref fields of {ename}: {bad}"))
-        elif f:
+        args = arg_list(required=False)
+        if args is not None and f is not None:
+            if f.name in args:
+                problems.append(
+                    ConfigProblem(f"{path}.args", f"{f.name!r} is the transition's field; it is set by 'to'")
+                )
             if t.get("to") not in f.values:
                 problems.append(ConfigProblem(f"{path}.to", f"must be one of {list(f.values)}"))
             frm = t.get("from") or []
-            if not frm or any(x not in f.values for x in frm):
+            if not isinstance(frm, list) or not frm or any(x not in f.values for x in frm):
                 problems.append(ConfigProblem(f"{path}.from", f"must be a non-empty list of {list(f.values)}"))
-            params = [key_param] + [Param(a, ent.fields[a]) for a in args]
+            params = [key_param] + [ref_param(a) for a in args]
             returns = [key_ret, (f.name, "string", "")]
             writes |= {f"{ename}.{f.name}"} | {f"{ename}.{a}" for a in args}
+            reads |= {ent.fields[a].entity for a in args if ent.fields[a].type == "ref"}
             extra.update(field=f.name, from_=tuple(frm), to=t.get("to"), args=tuple(args))
-        extra["when"] = value_map("when", ent)
+            require_key([a for a in args if ent.fields[a].type == "ref"])
+        when_keys()
     elif op == "create":
-        args = t.get("args") or []
-        bad = [a for a in args if a not in ent.fields]
-        if bad or not args:
-            problems.append(ConfigProblem(f"{path}.args", f"must list fields of {ename} (bad: {bad})"))
-        else:
-            params = [
-                Param(a, ent.fields[a], ref=ent.fields[a].entity if ent.fields[a].type == "ref" else "") for a in args
-            ]
+        args = arg_list(required=True)
+        if args is not None:
+            params = [ref_param(a) for a in args]
             returns = [key_ret]
             writes.add(ename)
             reads |= {ent.fields[a].entity for a in args if ent.fields[a].type == "ref"}
             extra["args"] = tuple(args)
             defaults = t.get("defaults", {}) or {}
-            for k in defaults:
+            if not isinstance(defaults, dict):
+                problems.append(ConfigProblem(f"{path}.defaults", "must map field -> value"))
+                defaults = {}
+            for k, v in defaults.items():
                 if k not in ent.fields:
                     problems.append(ConfigProblem(f"{path}.defaults.{k}", f"no field {k!r} in {ename}"))
+                elif k in args:
+                    problems.append(ConfigProblem(f"{path}.defaults.{k}", "is also in args; the argument would win"))
+                elif ent.fields[k].type == "ref":
+                    problems.append(ConfigProblem(f"{path}.defaults.{k}", "a ref field must be an argument"))
+                elif (m := value_problem(ent.fields[k], v)) is not None:
+                    problems.append(ConfigProblem(f"{path}.defaults.{k}", m))
             missing = [x for x in ent.fields if x not in args and x not in defaults]
             if missing:
                 problems.append(ConfigProblem(f"{path}.defaults", f"fields neither in args nor defaults: {missing}"))
             extra["defaults"] = dict(defaults)
-            req: dict[str, dict[str, tuple[Any, ...]]] = {}
-            for rf, conds in (t.get("require") or {}).items():
-                if rf not in args or ent.fields[rf].type != "ref":
-                    problems.append(ConfigProblem(f"{path}.require.{rf}", "must be a ref field listed in args"))
-                    continue
-                owner = entities[ent.fields[rf].entity]
-                req[rf] = {}
-                for k, v in (conds or {}).items():
-                    if k not in owner.fields:
-                        problems.append(ConfigProblem(f"{path}.require.{rf}.{k}", f"no field {k!r} in {owner.name}"))
-                        continue
-                    req[rf][k] = tuple(v) if isinstance(v, list) else (v,)
-            extra["require"] = req
+            require_key([a for a in args if ent.fields[a].type == "ref"])
     elif op == "delete":
         params = [key_param]
         returns = [key_ret]
         writes.add(ename)
-        extra["when"] = value_map("when", ent)
+        when_keys()
     if len(problems) > n0:
         return None
     desc = str(t.get("description") or _default_description(op, ename, extra))
@@ -510,7 +705,7 @@ def _parse_tool(t: Any, path: str, entities: dict[str, EntitySpec], problems: li
 
 def _default_description(op: str, entity: str, extra: dict[str, Any]) -> str:
     e = entity.replace("_", " ")
-    by = str(extra.get("by", "")).replace("_", " ")
+    by = " and ".join(extra.get("by_all") or (extra.get("by", ""),)).replace("_", " ")
     return {
         "find": f"Find a {e} by its {by}; returns its id.",
         "search": f"Search {e} records by {by}; paginated.",

@@ -12,7 +12,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
-from longcat_plugins.environments.domain import Toolkit
+from longcat_plugins.environments.domain import Toolkit, rule_violations
 from longcat_plugins.environments.rubric import renderings
 from longcat_plugins.environments.runtime import Task, ToolEnvironment
 from longcat_plugins.environments.spec import DomainSpec
@@ -63,7 +63,7 @@ def _mutated(chain: list[tuple[str, dict[str, Any]]], env: ToolEnvironment) -> l
     return None
 
 
-def verify_environment(env: ToolEnvironment) -> Verdict:
+def verify_environment(env: ToolEnvironment, min_tools: int = 20) -> Verdict:
     v = Verdict(ok=True)
 
     def fail(reason: str, msg: str) -> None:
@@ -71,8 +71,10 @@ def verify_environment(env: ToolEnvironment) -> Verdict:
         v.reasons[reason] = v.reasons.get(reason, 0) + 1
         v.messages.append(msg)
 
-    if len(env.tool_names) < 20:
-        fail("too_few_tools", f"{len(env.tool_names)} tools < 20")
+    if len(env.tool_names) < min_tools:
+        fail("too_few_tools", f"{len(env.tool_names)} tools < {min_tools}")
+    for rule, key, why in rule_violations(env.spec, env.base.tables):
+        fail("seed_rule_violated", f"{rule.entity} {key} is {rule.to} but breaks {rule.tool}: {why}")
     for task in env.tasks:
         answer = env.new_episode(task.task_id, seed=0).golden_answer()
         golden = list(task.golden)
@@ -159,8 +161,14 @@ def _check_tool(spec: DomainSpec, kit: Toolkit, base: Any, view_cls: Any, values
     if ok:
         return "accepted an unknown argument"
     if t.op == "find":
-        ok, out = call({t.by: rec[t.by]})
-        return None if ok and out[ent.key] == key else f"did not find {key}: {out}"
+        ok, out = call({x: rec[x] for x in t.lookup})
+        if not ok or out[ent.key] != key:
+            return f"did not find {key}: {out}"
+        if len(t.lookup) > 1:
+            other = {x: rec[x] for x in t.lookup} | {t.lookup[-1]: f"{rec[t.lookup[-1]]}-x"}
+            if call(other)[0]:
+                return "found a record by only some of its lookup keys"
+        return None
     if t.op in ("search", "list", "count"):
         v = rec[t.by]
         want = [k for k, r in base.tables[e].items() if r[t.by] == v]
@@ -177,8 +185,10 @@ def _check_tool(spec: DomainSpec, kit: Toolkit, base: Any, view_cls: Any, values
         return "found a record that does not exist" if ok else None
     if t.op in ("update", "transition", "delete"):
         ready = dict(rec)
-        for f, allowed in t.when.items():
-            ready[f] = allowed[0]
+        view.put(e, key, ready)
+        for f, allowed in {**t.when, **(t.when_any[0] if t.when_any else {})}.items():
+            _put_path(spec, view, e, key, f, allowed[0])
+        ready = dict(view.get(e, key) or {})
         if t.op == "transition":
             ready[t.field] = t.from_[0]
         view.put(e, key, ready)
@@ -187,7 +197,10 @@ def _check_tool(spec: DomainSpec, kit: Toolkit, base: Any, view_cls: Any, values
             args[t.field] = values.different(e, ent.fields[t.field], ready[t.field])
         elif t.op == "transition":
             for a in t.args:
-                args[a] = values.different(e, ent.fields[a], ready[a])
+                if a in t.ref_args:
+                    args[a] = _ready_ref(spec, view, base, t.ref_args[a], t.require.get(a, {}), ready[a])
+                else:
+                    args[a] = values.different(e, ent.fields[a], ready[a])
         ok, out = call(args)
         if not ok:
             return f"refused a call whose preconditions hold: {out}"
@@ -207,12 +220,7 @@ def _check_tool(spec: DomainSpec, kit: Toolkit, base: Any, view_cls: Any, values
         for a in t.args:
             f = ent.fields[a]
             if f.type == "ref":
-                pk = next(iter(base.tables[f.entity]))
-                prec = dict(base.tables[f.entity][pk])
-                for rf, allowed in t.require.get(a, {}).items():
-                    prec[rf] = allowed[0]
-                view.put(f.entity, pk, prec)
-                args[a] = pk
+                args[a] = _ready_ref(spec, view, base, f.entity, t.require.get(a, {}), None)
             else:
                 args[a] = values.make(e, f, unique=True)
         ok, out = call(args)
@@ -223,3 +231,22 @@ def _check_tool(spec: DomainSpec, kit: Toolkit, base: Any, view_cls: Any, values
             return f"created {new}, expected the arguments {args}"
         return None
     return f"unknown op {t.op}"
+
+
+def _put_path(spec: DomainSpec, view: Any, e: str, key: str, path: str, value: Any) -> None:
+    """Set ``path`` (a field, or ``ref.field...`` on the related record) of record ``key`` in ``view``."""
+    head, _, rest = path.partition(".")
+    rec = dict(view.get(e, key) or {})
+    if not rest:
+        rec[head] = value
+        view.put(e, key, rec)
+        return
+    _put_path(spec, view, spec.entities[e].fields[head].entity, rec[head], rest, value)
+
+
+def _ready_ref(spec: DomainSpec, view: Any, base: Any, e: str, require: dict[str, Any], avoid: Any) -> str:
+    """A record of ``e`` other than ``avoid`` made to meet ``require``; its key."""
+    pk = next(k for k in base.tables[e] if k != avoid)
+    for rf, allowed in require.items():
+        _put_path(spec, view, e, pk, rf, allowed[0])
+    return pk
