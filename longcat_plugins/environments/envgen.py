@@ -22,7 +22,7 @@ import os
 import shutil
 import time
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -51,6 +51,8 @@ class EnvgenReport:
     seconds: float = 0.0
     tools_per_env: list[int] = field(default_factory=list)
     graph: dict[str, float] = field(default_factory=dict)
+    #: the GenConfig the environments were built with
+    config: dict[str, Any] = field(default_factory=dict)
 
     @property
     def envs_per_s(self) -> float:
@@ -69,6 +71,7 @@ class EnvgenReport:
             "envs_per_s": round(self.envs_per_s, 2),
             "tools_per_env": {"min": min(t), "mean": round(sum(t) / len(t), 2), "max": max(t)},
             "graph": self.graph,
+            "config": self.config,
         }
 
 
@@ -131,7 +134,7 @@ def generate_environments(
             f"{dom.source or dom.domain}: generated tools fail their unit checks: "
             + "; ".join(f"{k}: {v}" for k, v in sorted(broken.items()))
         )
-    report = EnvgenReport(dom.domain, out, graph=ToolGraph.build(dom).stats())
+    report = EnvgenReport(dom.domain, out, graph=ToolGraph.build(dom).stats(), config=asdict(config or GenConfig()))
     t0 = time.perf_counter()
     try:
         (tmp / "envs").mkdir(parents=True)
@@ -152,7 +155,7 @@ def generate_environments(
             except GenerationError:
                 report.rejected["generation_failed"] = report.rejected.get("generation_failed", 0) + 1
                 continue
-            verdict = verify_environment(env)
+            verdict = verify_environment(env, min_tools=gen.cfg.min_tools)
             if not verdict.ok:
                 for k, v in verdict.reasons.items():
                     report.rejected[k] = report.rejected.get(k, 0) + v

@@ -32,34 +32,13 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from longcat_plugins.environments.domain import BaseDB, DBView, Record, Tables, Toolkit, rule_violations
+from longcat_plugins.environments.genconfig import GenConfig
 from longcat_plugins.environments.graph import ToolGraph
 from longcat_plugins.environments.rubric import renderings
 from longcat_plugins.environments.runtime import Task, ToolEnvironment
 from longcat_plugins.environments.spec import DomainSpec, ToolDef
 from longcat_plugins.environments.user_sim import Fact
 from longcat_plugins.environments.values import ValueMaker
-
-
-@dataclass(frozen=True)
-class GenConfig:
-    """Knobs of environment construction (defaults used for the shipped domains)."""
-
-    min_chain: int = 3
-    max_chain: int = 6
-    #: a tool used u times more than the least-used candidate is weighted reuse_decay ** u
-    reuse_decay: float = 0.7
-    #: BFS expansion adds between these many tools per seed chain
-    expand_min: int = 4
-    expand_max: int = 12
-    min_tools: int = 20
-    #: growth threshold: another seed chain when f(...) > tau
-    tau: float = 0.25
-    #: K in c(E) = |V| (1 + density) / K
-    size_ref: int = 48
-    #: A: chain-sampling attempts (g is the number needed, A when none is found)
-    max_attempts: int = 16
-    max_seeds: int = 4
-    filler_per_entity: int = 2
 
 
 def complexity(graph: ToolGraph, tools: set[str], cfg: GenConfig) -> float:
@@ -127,6 +106,9 @@ class EnvironmentGenerator:
     def __init__(self, spec: DomainSpec, *, seed: int = 0, config: GenConfig | None = None) -> None:
         self.spec = spec
         self.cfg = config or GenConfig()
+        bad = self.cfg.problems()
+        if bad:
+            raise ValueError("GenConfig: " + "; ".join(bad))
         self.graph = ToolGraph.build(spec)
         self.toolkit = Toolkit(spec)
         self.seed = seed
@@ -790,6 +772,9 @@ def _merge(a: dict[str, tuple[Any, ...]], b: dict[str, tuple[Any, ...]]) -> dict
         if not out[k]:
             return None
     return out
+
+
+__all__ = ["EnvironmentGenerator", "GenConfig", "GenerationError", "complexity", "growth_probability"]
 
 
 class GenerationError(RuntimeError):
