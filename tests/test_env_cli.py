@@ -86,7 +86,7 @@ def test_refuses_non_empty_output(tmp_path: Path) -> None:
 def test_no_partial_output_when_verification_rejects_everything(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    monkeypatch.setattr(envgen_mod, "verify_environment", lambda env: Verdict(False, {"golden_rubric_failed": 1}))
+    monkeypatch.setattr(envgen_mod, "verify_environment", lambda env, **kw: Verdict(False, {"golden_rubric_failed": 1}))
     result = invoke("envgen", "retail", "-n", "3", "-o", str(tmp_path / "out"))
     assert result.exit_code == 1
     assert "gave only 0/3 verified environments" in result.output and "golden_rubric_failed" in result.output
@@ -97,11 +97,11 @@ def test_no_partial_output_when_interrupted(tmp_path: Path, monkeypatch: pytest.
     real = envgen_mod.verify_environment
     calls = []
 
-    def interrupt_on_third(env: object) -> Verdict:
+    def interrupt_on_third(env: object, **kw: object) -> Verdict:
         calls.append(1)
         if len(calls) == 3:
             raise KeyboardInterrupt
-        return real(env)
+        return real(env, **kw)
 
     monkeypatch.setattr(envgen_mod, "verify_environment", interrupt_on_third)
     result = invoke("envgen", "retail", "-n", "5", "-o", str(tmp_path / "out"))

@@ -751,7 +751,9 @@ class _Builder:
         ent = self.spec.entities[pe]
         k = ctx.bound.get(pe, "")
         if k and not k.startswith("$") and k in self.tables[pe]:
-            return f"You are {self.tables[pe][k][ent.label]}, a {_h(pe)} of this {self.spec.domain} service."
+            # a person's name when the entity has one (a patient's label may be a record number)
+            shown = next((f for f, fs in ent.fields.items() if fs.type == "name"), ent.label)
+            return f"You are {self.tables[pe][k][shown]}, a {_h(pe)} of this {self.spec.domain} service."
         return f"You are a {_h(pe)} of this {self.spec.domain} service."
 
 

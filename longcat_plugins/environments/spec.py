@@ -464,6 +464,8 @@ def resolve_path(entities: dict[str, EntitySpec], ename: str, path: str) -> tupl
     hops: list[tuple[str, str]] = []
     cur = ename
     for i, part in enumerate(parts):
+        if cur not in entities:
+            raise KeyError(f"entity {cur!r} did not parse")
         f = entities[cur].fields.get(part)
         if f is None:
             raise KeyError(f"no field {part!r} in {cur}")
@@ -501,6 +503,8 @@ def _parse_tool(t: Any, path: str, entities: dict[str, EntitySpec], problems: li
     if ename not in entities:
         problems.append(ConfigProblem(f"{path}.entity", f"unknown entity {ename!r} (known: {sorted(entities)})"))
         return None
+    if any(f.entity not in entities for f in entities[ename].fields.values() if f.type == "ref"):
+        return None  # an entity it links to failed to parse; that problem is already listed
     for k in ("description", "verb"):
         if k in t and not isinstance(t[k], str):
             problems.append(ConfigProblem(f"{path}.{k}", f"must be a string (got {t[k]!r})"))
