@@ -1,6 +1,16 @@
 """Environment benchmarks: envgen throughput, and how many live episodes one process sustains.
 
     .venv/bin/python bench/bench_envs.py [--sizes 1000,8000,32000] [--envs 200] [--out bench/results/envs.json]
+        [--specs retail,travel,food_delivery,examples/env_clinic/clinic.yaml] [--max-chain 6]
+
+``--specs`` takes built-in domain names or spec file paths (any domain); ``--max-chain`` (and the
+other GenConfig knobs' defaults) apply to every spec.
+
+Audit (``--audit N``, writes ``bench/results/env_audit.json`` by default): N environments of each
+spec are generated and verified in memory; reported per spec: how many were built and verified,
+rejections by reason, required outputs that are empty or met by a content-free answer ("Sure:
+done"), records of the seed data that break a declared cross-record rule (and how many records
+are in a rule's state), chain lengths, and tasks of 7+ tools that call a rule's tool.
 
 Concurrency: N episodes (tasks drawn round-robin from ``--envs`` generated environments, loaded from
 disk; every second episode at noise level 2) are all created up front and kept alive; then their
@@ -21,16 +31,20 @@ import platform
 import statistics
 import tempfile
 import time
+from dataclasses import asdict
 from pathlib import Path
 from typing import Any
 
 import psutil
 
 from longcat_plugins.environments.contract import load_environment
+from longcat_plugins.environments.domain import DBView, rule_violations
 from longcat_plugins.environments.envgen import generate_environments
-from longcat_plugins.environments.generate import EnvironmentGenerator
+from longcat_plugins.environments.generate import EnvironmentGenerator, GenConfig, GenerationError
 from longcat_plugins.environments.noise import NoiseConfig
+from longcat_plugins.environments.rubric import evaluate, renderings
 from longcat_plugins.environments.spec import load_spec
+from longcat_plugins.environments.verify import verify_environment
 
 PROC = psutil.Process()
 
@@ -40,16 +54,23 @@ def rss() -> int:
     return PROC.memory_info().rss
 
 
-def bench_envgen(count: int, work: Path) -> dict[str, Any]:
+SHIPPED = ("retail", "travel", "food_delivery")
+
+
+def bench_envgen(count: int, work: Path, specs: list[str], config: GenConfig) -> dict[str, Any]:
     out: dict[str, Any] = {}
-    for domain in ("retail", "travel", "food_delivery"):
-        spec = load_spec(domain)
-        gen = EnvironmentGenerator(spec, seed=0)
+    for name in specs:
+        spec = load_spec(name)
+        domain = spec.domain
+        gen = EnvironmentGenerator(spec, seed=0, config=config)
         t0 = time.perf_counter()
         for i in range(count):
-            gen.generate(i)
+            try:
+                gen.generate(i)
+            except GenerationError:
+                pass
         raw = count / (time.perf_counter() - t0)
-        report = generate_environments(spec, count, work / f"envgen_{domain}", seed=0)
+        report = generate_environments(spec, count, work / f"envgen_{domain}", seed=0, config=config)
         out[domain] = {
             "tools_in_domain": len(spec.tools),
             "generate_only_envs_per_s": round(raw, 1),
@@ -121,11 +142,12 @@ def pct(xs: list[int], q: float) -> float:
     return xs[min(len(xs) - 1, int(q * len(xs)))] / 1e3
 
 
-def bench_concurrency(sizes: list[int], n_envs: int, work: Path, mode: str) -> list[dict[str, Any]]:
+def bench_concurrency(
+    sizes: list[int], n_envs: int, work: Path, mode: str, specs: list[str], config: GenConfig
+) -> list[dict[str, Any]]:
     root = work / "pool"
-    generate_environments("retail", n_envs // 3 or 1, root / "retail", seed=1)
-    generate_environments("travel", n_envs // 3 or 1, root / "travel", seed=1)
-    generate_environments("food_delivery", n_envs // 3 or 1, root / "food", seed=1)
+    for i, name in enumerate(specs):
+        generate_environments(name, n_envs // len(specs) or 1, root / f"spec{i}", seed=1, config=config)
     pool = []
     for d in sorted(root.glob("*/envs/*")):
         env = load_environment(d)
@@ -192,29 +214,114 @@ def plot(rows: list[dict[str, Any]], path: Path) -> None:
     fig.savefig(path, dpi=110)
 
 
+def audit(specs: list[str], count: int, config: GenConfig, seed: int) -> dict[str, Any]:
+    """Generate and verify ``count`` environments of each spec; count vacuous rubrics and rule
+    violations (see the module doc)."""
+    out: dict[str, Any] = {}
+    for name in specs:
+        spec = load_spec(name)
+        gen = EnvironmentGenerator(spec, seed=seed, config=config)
+        t0 = time.perf_counter()
+        row: dict[str, Any] = {
+            "spec": name,
+            "generated": 0,
+            "generation_failed": 0,
+            "verified": 0,
+            "rejected": {},
+            "tasks": 0,
+            "output_items": 0,
+            "empty_outputs": 0,
+            "vacuous_outputs": 0,
+            "seed_rule_violations": 0,
+            "records_under_rules": 0,
+            "chain_lengths": {},
+            "rule_tool_chains_7plus": 0,
+        }
+        rule_tools = {r.tool for r in spec.rules()}
+        for i in range(count):
+            try:
+                env = gen.generate(i)
+            except GenerationError:
+                row["generation_failed"] += 1
+                continue
+            row["generated"] += 1
+            verdict = verify_environment(env, min_tools=config.min_tools)
+            row["verified"] += verdict.ok
+            for k, v in verdict.reasons.items():
+                row["rejected"][k] = row["rejected"].get(k, 0) + v
+            row["seed_rule_violations"] += len(rule_violations(spec, env.base.tables))
+            for r in spec.rules():
+                row["records_under_rules"] += sum(
+                    rec.get(r.field) == r.to for rec in env.base.tables[r.entity].values()
+                )
+            empty = DBView(env.base)
+            for task in env.tasks:
+                row["tasks"] += 1
+                n = str(len(task.chain))
+                row["chain_lengths"][n] = row["chain_lengths"].get(n, 0) + 1
+                row["rule_tool_chains_7plus"] += len(task.chain) >= 7 and bool(rule_tools & set(task.chain))
+                for item in task.rubric:
+                    if item["kind"] != "output":
+                        continue
+                    row["output_items"] += 1
+                    row["empty_outputs"] += not renderings(item["value"])
+                    row["vacuous_outputs"] += evaluate(empty, [item], "Sure: done").success
+        row["chain_lengths"] = dict(sorted(row["chain_lengths"].items(), key=lambda kv: int(kv[0])))
+        row["max_chain_seen"] = max(map(int, row["chain_lengths"]), default=0)
+        row["seconds"] = round(time.perf_counter() - t0, 1)
+        print(spec.domain, row, flush=True)
+        out[spec.domain] = row
+    return out
+
+
 def main() -> None:
     ap = argparse.ArgumentParser()
+    ap.add_argument("--specs", default=",".join(SHIPPED), help="built-in domain names or spec paths")
+    ap.add_argument("--max-chain", type=int, default=GenConfig().max_chain)
+    ap.add_argument("--audit", type=int, default=0, help="audit N environments per spec (only the audit runs)")
+    ap.add_argument("--seed", type=int, default=0, help="generation seed of the audit")
     ap.add_argument("--sizes", default="1000,8000,32000")
     ap.add_argument("--envs", type=int, default=60, help="environments in the episode pool")
     ap.add_argument("--envgen-count", type=int, default=200)
     ap.add_argument("--modes", default="round_robin,asyncio")
-    ap.add_argument("--out", default=str(Path(__file__).parent / "results" / "envs.json"))
+    ap.add_argument("--out", default=None, help="default bench/results/envs.json (env_audit.json with --audit)")
     args = ap.parse_args()
+    specs = [x for x in args.specs.split(",") if x]
+    config = GenConfig(max_chain=args.max_chain)
+    machine = {"cpus": os.cpu_count(), "python": platform.python_version(), "platform": platform.platform()}
+    results = Path(__file__).parent / "results"
+    if args.audit:
+        t0 = time.perf_counter()
+        result = {
+            "command": "bench/bench_envs.py --audit "
+            f"{args.audit} --specs {args.specs} --max-chain {args.max_chain} --seed {args.seed}",
+            "machine": machine,
+            "config": asdict(config),
+            "environments_per_spec": args.audit,
+            "audit": audit(specs, args.audit, config, args.seed),
+            "total_s": round(time.perf_counter() - t0, 1),
+        }
+        out = Path(args.out or results / "env_audit.json")
+        out.parent.mkdir(parents=True, exist_ok=True)
+        out.write_text(json.dumps(result, indent=2))
+        print(json.dumps(result, indent=2))
+        return
     sizes = [int(x) for x in args.sizes.split(",")]
     t0 = time.perf_counter()
     with tempfile.TemporaryDirectory() as tmp:
         work = Path(tmp)
-        envgen = bench_envgen(args.envgen_count, work)
+        envgen = bench_envgen(args.envgen_count, work, specs, config)
         rows = []
         for mode in args.modes.split(","):
-            rows += bench_concurrency(sizes, args.envs, work / mode, mode)
+            rows += bench_concurrency(sizes, args.envs, work / mode, mode, specs, config)
     result = {
-        "machine": {"cpus": os.cpu_count(), "python": platform.python_version(), "platform": platform.platform()},
+        "machine": machine,
+        "specs": specs,
         "envgen": envgen,
         "concurrency": rows,
         "total_s": round(time.perf_counter() - t0, 1),
     }
-    out = Path(args.out)
+    out = Path(args.out or results / "envs.json")
     out.parent.mkdir(parents=True, exist_ok=True)
     out.write_text(json.dumps(result, indent=2))
     plot(rows, out.with_suffix(".png"))

@@ -99,7 +99,7 @@ def evaluate(view: DBView, rubric: list[dict[str, Any]], final_answer: str = "")
             name += f":{item['entity']}.{item['key']}"
         elif kind == "output":
             forms = [f for f in (item.get("renderings") or renderings(item["value"])) if str(f).strip()]
-            ok = bool(forms) and bool(renderings(item["value"])) and _said(final_answer, forms)
+            ok = bool(forms) and bool(renderings(item.get("value"))) and _said(final_answer, forms)
             name += f":{item.get('name', '')}"
         elif kind == "no_collateral":
             continue

@@ -518,10 +518,12 @@ def _parse_tool(t: Any, path: str, entities: dict[str, EntitySpec], problems: li
             return None
         return f
 
-    def conds(raw: Any, where: str, owner: EntitySpec) -> dict[str, tuple[Any, ...]]:
+    def conds(raw: Any, where: str, owner: EntitySpec, empty_ok: bool = True) -> dict[str, tuple[Any, ...]]:
         """``path -> allowed values``; a path is a field of ``owner`` or ``ref.field...`` through refs."""
         out: dict[str, tuple[Any, ...]] = {}
-        if not isinstance(raw, dict) or not raw:
+        if raw is None and empty_ok:
+            return out
+        if not isinstance(raw, dict) or (not raw and not empty_ok):
             problems.append(ConfigProblem(where, "must map field (or ref_field.field) -> list of allowed values"))
             return out
         for k, v in raw.items():
@@ -546,7 +548,9 @@ def _parse_tool(t: Any, path: str, entities: dict[str, EntitySpec], problems: li
             if not isinstance(raw_any, list) or len(raw_any) < 2:
                 problems.append(ConfigProblem(f"{path}.when_any", "must be a list of two or more alternatives"))
             else:
-                extra["when_any"] = tuple(conds(a, f"{path}.when_any[{i}]", ent) for i, a in enumerate(raw_any))
+                extra["when_any"] = tuple(
+                    conds(a, f"{path}.when_any[{i}]", ent, empty_ok=False) for i, a in enumerate(raw_any)
+                )
 
     def require_key(ref_args: list[str]) -> None:
         req: dict[str, dict[str, tuple[Any, ...]]] = {}
