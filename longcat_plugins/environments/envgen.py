@@ -174,6 +174,7 @@ def generate_environments(
             json.dumps(
                 {
                     "domain": dom.domain,
+                    "description": dom.description,
                     "tools": {
                         n: {
                             "op": t.op,

@@ -30,11 +30,19 @@ A spec is YAML or JSON::
       - {name: cancel_order, op: transition, entity: order, field: status, from: [pending], to: cancelled}
 
 A tool's ``op`` fixes its typed parameters, its typed returns and what it reads and writes
-(:class:`ToolDef`); ops: ``find`` (by a unique field), ``search`` (by a non-unique field), ``get``
-(by key; optional ``fields`` subset), ``list`` / ``count`` (children by a ref field), ``update``
-(set ``field``; optional ``when`` precondition), ``transition`` (``field`` from ``from`` to ``to``,
-optional extra ``args`` fields and ``when``), ``create`` (``args`` fields, ``require`` preconditions
-on referenced records, ``defaults``), ``delete`` (optional ``when``).
+(:class:`ToolDef`); ops: ``find`` (by a unique field, or by a ``unique_together`` group of the
+entity: a two-key lookup), ``search`` (by a non-unique field), ``get`` (by key; optional ``fields``
+subset), ``list`` / ``count`` (children by a ref field), ``update`` (set ``field``), ``transition``
+(``field`` from ``from`` to ``to``, optional extra ``args`` fields; a ref field among them is an id
+argument, with ``require`` preconditions on the record it names), ``create`` (``args`` fields,
+``require`` preconditions on referenced records, ``defaults``), ``delete``. ``update``,
+``transition`` and ``delete`` take preconditions ``when`` (all hold) and ``when_any`` (one
+alternative holds), whose keys are fields or paths through refs to related records
+(``drug_id.requires_prior_auth``). A transition's conditions on related records are also rules the
+seed data keeps (:meth:`DomainSpec.rules`).
+
+Every key is honoured or rejected with its key path: :data:`OP_KEYS` lists what each op takes, and
+field keys are checked per type.
 """
 
 from __future__ import annotations
