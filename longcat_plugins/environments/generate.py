@@ -40,6 +40,8 @@ from longcat_plugins.environments.spec import DomainSpec, ToolDef
 from longcat_plugins.environments.user_sim import Fact
 from longcat_plugins.environments.values import ValueMaker
 
+__all__ = ["EnvironmentGenerator", "GenConfig", "GenerationError", "complexity", "growth_probability"]
+
 
 def complexity(graph: ToolGraph, tools: set[str], cfg: GenConfig) -> float:
     """c(E) = |V_E| (1 + ρ_E) / K, clipped to [0, 1]: size plus connectivity of the environment."""
@@ -774,9 +776,6 @@ def _merge(a: dict[str, tuple[Any, ...]], b: dict[str, tuple[Any, ...]]) -> dict
         if not out[k]:
             return None
     return out
-
-
-__all__ = ["EnvironmentGenerator", "GenConfig", "GenerationError", "complexity", "growth_probability"]
 
 
 class GenerationError(RuntimeError):
