@@ -182,7 +182,7 @@ def test_seed_data_keeps_the_declared_rule_and_environments_verify(clinic_envs: 
     assert max(len(task.chain) for env in clinic_envs for task in env.tasks) > 6
 
 
-def test_default_chain_cap_still_holds(clinic_envs: list[Any]) -> None:
+def test_default_chain_cap_still_holds() -> None:
     gen = EnvironmentGenerator(load_spec(CLINIC), seed=3)
     lengths = []
     for i in range(15):
