@@ -78,6 +78,8 @@ def test_merge_overrides_drops_the_runs_own_keys() -> None:
     run = ["data.train_files=/a", "actor_rollout_ref.model.path=/m", "trainer.default_local_dir=/c", "+x.y=1"]
     ours = ["actor_rollout_ref.model.path=/merged", "++longcat.settings.reward.passk.ks=[1]"]
     assert merge_overrides(run, ours) == ["data.train_files=/a", "+x.y=1", *ours]
+    # a key the user passes again (here with Hydra's append prefix) replaces the run's own
+    assert merge_overrides(run, ["x.y=2", *ours]) == ["data.train_files=/a", "x.y=2", *ours]
 
 
 def test_collect_reads_the_validation_record() -> None:

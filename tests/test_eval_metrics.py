@@ -6,6 +6,7 @@ from __future__ import annotations
 import logging
 import math
 import types
+from pathlib import Path
 
 import pytest
 
@@ -176,3 +177,35 @@ def test_config_check_names_the_key() -> None:
     ]
     with pytest.raises(ValueError, match=r"ks\[0\]: k must be >= 1"):
         PassKSettings(ks=[0])
+
+
+def test_validate_rejects_k_larger_than_val_n(tmp_path: Path) -> None:
+    """Before Ray starts: the whole-config check names the settings key and verl's key."""
+    from click.testing import CliRunner
+
+    from longcat_plugins.cli import main
+    from longcat_plugins.runtime.launch import resolve_config
+
+    args = [
+        "validate",
+        str(resolve_config("cpu_demo")),
+        f"data.train_files={tmp_path}/t.parquet",
+        f"data.val_files={tmp_path}/v.parquet",
+        f"actor_rollout_ref.model.path={tmp_path}",
+        "actor_rollout_ref.rollout.val_kwargs.n=4",
+        "+longcat.settings.reward.passk.ks=[2,8]",
+    ]
+    result = CliRunner().invoke(main, args)
+    assert result.exit_code == 2, result.output
+    text = " ".join(result.output.split())
+    assert "longcat.settings.reward.passk.ks[1]: k=8 is larger than actor_rollout_ref.rollout.val_kwargs.n=4" in text
+    args[-1] = "+longcat.settings.reward.passk.ks=[2,4]"
+    assert CliRunner().invoke(main, args).exit_code == 0
+
+
+def test_a_partial_acc_column_is_not_used() -> None:
+    """verl keeps a key only some batches produced as a shorter list; judge by the score then."""
+    sources, uids, infos = synthetic_batch()
+    infos["acc"] = infos["acc"][:3]
+    got = validation_metrics(sources, uids, infos, PassKSettings(ks=[1]))
+    assert got["longcat/val/math/pass@1"] == pytest.approx(3 / 8)  # the 1.0 scores, not the 0.9s

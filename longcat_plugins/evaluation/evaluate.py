@@ -13,7 +13,7 @@ from __future__ import annotations
 import json
 import os
 import tempfile
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -88,6 +88,7 @@ def run_eval(
     config: Path,
     base_overrides: list[str],
     *,
+    extra_overrides: Sequence[str] = (),
     data: str | None,
     n: int,
     ks: list[int],
@@ -95,10 +96,12 @@ def run_eval(
     work_dir: Path,
     on_line: Callable[[str], None] | None = None,
 ) -> dict[str, Any]:
-    """Run the validation pass and return the result document (raises ``RuntimeError`` on failure)."""
+    """Run the validation pass and return the result document (raises ``RuntimeError`` on failure).
+    ``base_overrides`` are the run's own, ``extra_overrides`` the user's."""
     from longcat_plugins.runtime.launch import run_training
 
-    overrides = merge_overrides(base_overrides, eval_overrides(model, data, n, ks, temperature))
+    # the user's overrides and ours win over the run's own (Hydra refuses a key given twice)
+    overrides = merge_overrides(base_overrides, [*extra_overrides, *eval_overrides(model, data, n, ks, temperature)])
     result = run_training(config, overrides, work_dir, on_line=on_line)
     if result.returncode != 0:
         raise RuntimeError(f"the validation run failed (exit {result.returncode}); log: {result.log}")

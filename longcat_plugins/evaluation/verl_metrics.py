@@ -91,8 +91,12 @@ def validation_metrics(
     settings = settings or PassKSettings()
     sources = [str(s) for s in data_sources]
     uids = [str(u) for u in sample_uids]
-    acc = infos.get("acc")
-    reward = infos.get("reward")
+
+    def column(name: str) -> Sequence[Any] | None:  # a key only some batches carried is not a column
+        values = infos.get(name)
+        return values if values is not None and len(values) == len(sources) else None
+
+    acc, reward = column("acc"), column("reward")
     if reward is None and acc is None:
         return {}
     by_source: dict[str, dict[str, list[int]]] = defaultdict(lambda: defaultdict(list))
