@@ -96,7 +96,10 @@ def eval_cmd(
                 work_dir=work,
             )
     except RuntimeError as exc:
-        err_console.print(f"[red]eval failed:[/] {exc}")
+        log = work / "train.log"
+        if log.is_file():  # the cause is at the end of verl's output
+            err_console.print("\n".join(log.read_text(errors="replace").splitlines()[-25:]), markup=False)
+        err_console.print(f"[red]eval failed:[/] {exc}; nothing written to {out}")
         sys.exit(1)
     write_json_atomic(out, doc)
     for source, metrics in sorted(doc["data_sources"].items()):

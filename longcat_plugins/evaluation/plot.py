@@ -20,6 +20,7 @@ from longcat_plugins.evaluation.verl_metrics import PREFIX
 #: at most this many ``longcat/`` panels beyond the fixed ones (the rest are listed, not drawn)
 MAX_EXTRA_PANELS = 12
 
+_STYLES = ("-", "--", ":", "-.")
 _ACC = re.compile(r"^val-core/(?P<src>.+)/acc/mean@\d+$")
 _PASS = re.compile(rf"^{re.escape(PREFIX)}/(?P<src>.+)/pass@(?P<k>\d+)$")
 
@@ -103,6 +104,7 @@ def plot_runs(runs: list[Run], output: Path) -> list[str]:
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
+    from matplotlib.ticker import MaxNLocator
 
     panels = panels_for(runs)
     if not panels:
@@ -111,13 +113,18 @@ def plot_runs(runs: list[Run], output: Path) -> list[str]:
     rows = (len(panels) + cols - 1) // cols
     fig, axes = plt.subplots(rows, cols, figsize=(5.5 * cols, 3.6 * rows), squeeze=False)
     for ax, (title, lines) in zip(axes.flat, panels.items(), strict=False):
-        for run in runs:
+        for run_index, run in enumerate(runs):  # one colour per run, one line style per series
+            series = 0
             for suffix, match in lines:
                 for key in sorted({k for s in run.steps for k in s if match(k)}):
                     xs, ys = _series(run, key)
                     if xs:
                         label = run.label + (f" {suffix}" if suffix else "")
-                        ax.plot(xs, ys, marker="o" if len(xs) < 30 else None, markersize=3, label=label)
+                        style = _STYLES[series % len(_STYLES)]
+                        marker = "o" if len(xs) < 30 else None
+                        ax.plot(xs, ys, style, color=f"C{run_index % 10}", marker=marker, markersize=3, label=label)
+                        series += 1
+        ax.xaxis.set_major_locator(MaxNLocator(integer=True))
         ax.set_title(title, fontsize=9)
         ax.set_xlabel("step")
         ax.grid(alpha=0.3)
