@@ -209,3 +209,55 @@ def test_a_partial_acc_column_is_not_used() -> None:
     infos["acc"] = infos["acc"][:3]
     got = validation_metrics(sources, uids, infos, PassKSettings(ks=[1]))
     assert got["longcat/val/math/pass@1"] == pytest.approx(3 / 8)  # the 1.0 scores, not the 0.9s
+
+
+METRIC_PLUGIN = """
+    from dataclasses import dataclass
+
+    from longcat_plugins import ValidationMetric, hookimpl
+
+    @dataclass(frozen=True)
+    class CountSettings:
+        scale: float = 1.0
+
+    class Count:
+        '''Samples per validation pass.'''
+
+        @staticmethod
+        def compute(data_sources, sample_uids, infos, settings, expected_counts):
+            return {"acme/val/samples": settings.scale * len(data_sources)}
+
+    class Broken:
+        '''Always raises.'''
+
+        @staticmethod
+        def compute(*args):
+            raise RuntimeError("acme metric bug")
+
+    @hookimpl
+    def register_rewards():
+        return [ValidationMetric("acme_count", Count, config=CountSettings), ValidationMetric("acme_broken", Broken)]
+"""
+
+
+def test_a_plugins_validation_metric_is_added_and_a_broken_one_reported(
+    fake_site: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    """``ValidationMetric`` is an extension point: any enabled one is computed, with its settings;
+    one that raises is named in a warning and verl's metrics (and the others) still come back."""
+    import verl  # noqa: F401
+    from conftest import make_dist
+    from verl.trainer.ppo.ray_trainer import RayPPOTrainer
+
+    make_dist(fake_site, "acme-metrics", {"acme_metrics": METRIC_PLUGIN}, {"acme": "acme_metrics"})
+    section = {"settings": {"reward": {"acme_count": {"scale": 0.5}}}}
+    set_host(Host(Selection.from_section(section)).load())
+    try:
+        sources, uids, infos = synthetic_batch()
+        with caplog.at_level(logging.WARNING):
+            metrics = RayPPOTrainer._val_metrics_update(None, sources, uids, infos, [])
+    finally:
+        set_host(None)
+    assert metrics["acme/val/samples"] == 8.0
+    assert "val-core/math/acc/mean@4" in metrics and "longcat/val/math/pass@4" in metrics
+    assert "reward:acme_broken (plugin 'acme') failed" in caplog.text and "acme metric bug" in caplog.text

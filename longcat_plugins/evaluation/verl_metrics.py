@@ -11,8 +11,9 @@ fork of verl and no import cost elsewhere), its base class's method is wrapped, 
 releases in :data:`TESTED_VERL` and only if the method still takes those parameters; otherwise
 verl is left as it is and a warning says why. The wrapper calls verl's method unchanged and adds
 ``longcat/val/<data_source>/{pass@k,pass^k,avg@k}``; every trainer subclass (``dora``, recipes)
-inherits it. The metrics are the ``reward:passk`` component: disabling it turns them off, its
-settings (``longcat.settings.reward.passk``) choose k and the correctness threshold.
+inherits it. It adds what every enabled ``val_metric`` component computes: the built-in
+``reward:passk`` (disabling it turns the pass@k metrics off; its settings,
+``longcat.settings.reward.passk``, choose k and the correctness threshold) and any a plugin ships.
 """
 
 from __future__ import annotations
@@ -155,14 +156,40 @@ class PassK:
     check_config = staticmethod(check_config)
 
 
-def _settings() -> PassKSettings | None:
-    """This process's ``reward:passk`` settings; ``None`` when the component is disabled."""
-    from longcat_plugins.host import UnknownComponentError, get_host
+def enabled_metrics() -> list[tuple[Any, Any]]:
+    """``(component, settings)`` of every enabled ``val_metric`` in this process (``reward:passk``
+    unless disabled, plus any a plugin ships)."""
+    from longcat_plugins.host import get_host
 
+    host = get_host()
+    return [(c, host.settings_for(c.family, c.name)) for c in host.components(kind="val_metric")]
+
+
+def added_metrics(
+    data_sources: Sequence[Any],
+    sample_uids: Sequence[Any],
+    infos: Mapping[str, Sequence[Any]],
+    expected_counts: Mapping[tuple[str, str], int] | None = None,
+) -> dict[str, float]:
+    """What every enabled ``val_metric`` adds to one validation pass. One that raises is
+    reported with its plugin and left out: a metric must not end a training run."""
+    out: dict[str, float] = {}
     try:
-        return get_host().settings_for("reward", "passk")
-    except UnknownComponentError:
-        return None
+        metrics = enabled_metrics()
+    except Exception:  # e.g. invalid settings; validate/the Hydra callback report them before Ray
+        logger.warning("longcat-plugins: validation metrics unavailable", exc_info=True)
+        return out
+    for component, settings in metrics:
+        try:
+            out.update(component.target.compute(data_sources, sample_uids, infos, settings, expected_counts))
+        except Exception:
+            logger.warning(
+                "longcat-plugins: validation metric %s (plugin %r) failed",
+                component.ref,
+                component.plugin,
+                exc_info=True,
+            )
+    return out
 
 
 def _verl_ok() -> bool:
@@ -205,20 +232,9 @@ def wrap_trainer(module: ModuleType) -> None:
         **kw: Any,
     ) -> dict[str, Any]:
         metrics = original(self, data_sources, sample_uids, reward_extra_infos_dict, sample_turns, *a, **kw)
-        try:
-            settings = _settings()
-            if settings is not None:
-                metrics.update(
-                    validation_metrics(
-                        list(data_sources),
-                        list(sample_uids),
-                        reward_extra_infos_dict,
-                        settings,
-                        kw.get("expected_acc_counts"),
-                    )
-                )
-        except Exception:  # a metric must not end a training run; say so loudly instead
-            logger.warning("longcat-plugins: computing pass@k validation metrics failed", exc_info=True)
+        metrics.update(
+            added_metrics(list(data_sources), list(sample_uids), reward_extra_infos_dict, kw.get("expected_acc_counts"))
+        )
         return metrics
 
     _val_metrics_update.__longcat_passk__ = True  # type: ignore[attr-defined]
