@@ -280,9 +280,9 @@ def _install() -> None:
     try:
         from longcat_plugins.evaluation import verl_metrics
 
-        verl_metrics.install()  # reward:passk, wrapped into both trainers' validation metrics
+        verl_metrics.install()  # ValidationMetric components (reward:passk), in both trainers' validation
     except Exception:
-        logger.warning("longcat-plugins: installing the pass@k validation metrics failed", exc_info=True)
+        logger.warning("longcat-plugins: installing the validation metrics failed", exc_info=True)
     try:
         from longcat_plugins import runtime
 

@@ -112,11 +112,13 @@ def test_v1_failed_sessions_count_as_wrong(default_host: None) -> None:
     from verl.trainer.ppo.v1.trainer_base import PPOTrainer
 
     sources, uids, infos = ["math"] * 3, ["u"] * 3, {"reward": [1.0, 1.0, 1.0], "acc": [1.0, 1.0, 1.0]}
-    metrics = PPOTrainer._val_metrics_update(None, sources, uids, infos, [], expected_acc_counts={("math", "u"): 4})
+    expected_counts = {("math", "u"): 4, ("math", "nothing"): 4}  # every session of "nothing" failed
+    metrics = PPOTrainer._val_metrics_update(None, sources, uids, infos, [], expected_acc_counts=expected_counts)
     assert metrics["longcat/val/math/n"] == 4.0
     assert metrics["longcat/val/math/pass^4"] == 0.0
-    assert metrics["longcat/val/math/avg@1"] == pytest.approx(3 / 4)
-    assert metrics["val-core/math/acc/mean@4"] == pytest.approx(3 / 4)  # verl counts it the same way
+    assert metrics["longcat/val/math/avg@1"] == pytest.approx((3 / 4 + 0) / 2)
+    assert metrics["longcat/val/math/pass@4"] == pytest.approx((1 + 0) / 2)
+    assert metrics["val-core/math/acc/mean@4"] == pytest.approx(3 / 8)  # verl counts the misses the same way
 
 
 def test_disabled_component_adds_nothing() -> None:

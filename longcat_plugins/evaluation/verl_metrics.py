@@ -110,9 +110,9 @@ def validation_metrics(
             continue
         correct = {uid: [_correct(judged_by[i], settings.threshold) for i in idx] for uid, idx in groups.items()}
         for (e_src, e_uid), count in (expected_counts or {}).items():
-            if str(e_src) == src and str(e_uid) in correct:
-                missing = int(count) - len(correct[str(e_uid)])
-                correct[str(e_uid)].extend([False] * max(missing, 0))
+            if str(e_src) == src:  # a prompt whose every session failed is n misses, not absent
+                got = correct.setdefault(str(e_uid), [])
+                got.extend([False] * max(int(count) - len(got), 0))
         n = min(len(c) for c in correct.values())
         ks = sorted(set(settings.ks)) or default_ks(n)
         too_big = [k for k in ks if k > n]

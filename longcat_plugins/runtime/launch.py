@@ -66,10 +66,8 @@ class RunResult:
     def logger_dirs(self) -> dict[str, Path]:
         """Where verl's ``tensorboard`` and ``wandb`` loggers wrote, for those that did."""
         out = {}
-        tensorboard, wandb = (
-            Path(os.environ.get("TENSORBOARD_DIR", self.run_dir / "tensorboard")),
-            self.run_dir / "wandb",
-        )
+        tensorboard = Path(os.environ.get("TENSORBOARD_DIR", self.run_dir / "tensorboard"))
+        wandb = Path(os.environ.get("WANDB_DIR", self.run_dir)) / "wandb"
         if tensorboard.is_dir():
             out["tensorboard"] = tensorboard
         if wandb.is_dir():
