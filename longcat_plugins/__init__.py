@@ -17,6 +17,7 @@ from longcat_plugins.components import (
     SchedulePolicy,
     Tool,
     Trainer,
+    ValidationMetric,
 )
 from longcat_plugins.hookspecs import hookimpl
 from longcat_plugins.host import Host, get_host
@@ -34,6 +35,7 @@ __all__ = [
     "AdvantageEstimator",
     "RewardManager",
     "RewardFunction",
+    "ValidationMetric",
     "AgentLoop",
     "Tool",
     "Trainer",

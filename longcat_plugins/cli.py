@@ -335,6 +335,9 @@ def _train(config: str, overrides: list[str], out: str | None, steps: int | None
     console.print(table)
     console.print(f"run dir:     {result.run_dir}\nlog:         {result.log}\nmetrics:     {result.metrics}")
     console.print(f"checkpoints: {result.checkpoints}")
+    for what, where in result.logger_dirs().items():  # only the loggers that wrote something
+        console.print(f"{what + ':':<12} {where}")
+    console.print(f"plot:        longcat-plugins plot {result.run_dir}")
 
 
 from longcat_plugins.fusion.cli import fuse  # noqa: E402
@@ -343,6 +346,10 @@ main.add_command(fuse)
 from longcat_plugins.environments.cli import envgen  # noqa: E402
 
 main.add_command(envgen)
+from longcat_plugins.evaluation.cli import eval_cmd, plot  # noqa: E402
+
+main.add_command(eval_cmd)
+main.add_command(plot)
 
 if __name__ == "__main__":  # pragma: no cover
     main()

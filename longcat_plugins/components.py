@@ -23,6 +23,7 @@ __all__ = [
     "AdvantageEstimator",
     "RewardManager",
     "RewardFunction",
+    "ValidationMetric",
     "AgentLoop",
     "Tool",
     "Trainer",
@@ -143,6 +144,18 @@ class RewardFunction(Component):
 
 
 @dataclass(frozen=True)
+class ValidationMetric(Component):
+    """Metrics computed from each validation pass of any verl trainer (``val_kwargs.n`` samples
+    per prompt), logged beside verl's ``val-core``/``val-aux``: ``target.compute(data_sources,
+    sample_uids, reward_extra_infos_dict, settings, expected_counts) -> {key: value}``; an optional
+    ``target.check_config(cfg)`` checks the recipe before Ray starts."""
+
+    family: ClassVar[Family] = Family.REWARD
+    kind: ClassVar[str] = "val_metric"
+    verl_entry: ClassVar[str] = "trainer _val_metrics_update (validation, val_kwargs.n)"
+
+
+@dataclass(frozen=True)
 class AgentLoop(Component):
     """An ``AgentLoopBase`` subclass, selected per sample by ``agent_name``."""
 
@@ -229,7 +242,7 @@ def schema_from_signature(fn: Any, schema_name: str) -> type | None:
 COMPONENT_TYPES: dict[Family, tuple[type[Component], ...]] = {
     Family.ALGORITHM: (PolicyLoss, AdvantageEstimator),
     Family.SCHEDULER: (Trainer, Sampler, SchedulePolicy),
-    Family.REWARD: (RewardManager, RewardFunction),
+    Family.REWARD: (RewardManager, RewardFunction, ValidationMetric),
     Family.ENVIRONMENT: (AgentLoop, Tool),
     Family.FUSION: (FusionMethod,),
 }

@@ -289,6 +289,8 @@ def validate_verl_selections(cfg: Mapping[str, Any], host: Any) -> list[ConfigPr
             ours = [c.name for c in host.components(kind=kind)]
             if node["name"] not in ours:
                 problems.append(ConfigProblem(f"{node_path}.name", _unknown_name(kind, node["name"], ours, host)))
+    for component in host.components(kind="val_metric"):  # active in every recipe, not selected by a key
+        problems.extend(_component_config_problems(component, cfg))
     return problems
 
 

@@ -31,6 +31,7 @@ from longcat_plugins.components import (
     SchedulePolicy,
     Tool,
     Trainer,
+    ValidationMetric,
 )
 
 PROJECT_NAME = "longcat_plugins"
@@ -71,9 +72,10 @@ def register_schedulers() -> Sequence[Trainer | Sampler | SchedulePolicy]:
 
 
 @hookspec
-def register_rewards() -> Sequence[RewardManager | RewardFunction]:
-    """Reward managers for verl's reward loop (``reward.reward_manager.name``) and reward
-    functions for ``reward.custom_reward_function`` (path ``pkg://longcat_plugins.reward_functions``).
+def register_rewards() -> Sequence[RewardManager | RewardFunction | ValidationMetric]:
+    """Reward managers for verl's reward loop (``reward.reward_manager.name``), reward
+    functions for ``reward.custom_reward_function`` (path ``pkg://longcat_plugins.reward_functions``)
+    and validation metrics computed from the rewards of every validation pass (``ValidationMetric``).
 
     Example::
 

@@ -278,6 +278,12 @@ def _install() -> None:
     except Exception:  # never make `import verl` fail
         logger.warning("longcat-plugins: installing the verl bridge failed", exc_info=True)
     try:
+        from longcat_plugins.evaluation import verl_metrics
+
+        verl_metrics.install()  # ValidationMetric components (reward:passk), in both trainers' validation
+    except Exception:
+        logger.warning("longcat-plugins: installing the validation metrics failed", exc_info=True)
+    try:
         from longcat_plugins import runtime
 
         runtime.install()

@@ -8,6 +8,7 @@ from longcat_plugins.components import Component
 def components() -> list[Component]:
     """The rewards components this package ships; the family's modules are imported here, lazily."""
     from longcat_plugins.components import RewardFunction, RewardManager
+    from longcat_plugins.evaluation import components as evaluation_components
     from longcat_plugins.rewards import arithmetic, code, genrm, tool_format
     from longcat_plugins.rewards import math as math_reward
 
@@ -17,6 +18,7 @@ def components() -> list[Component]:
         RewardFunction("code", code.compute_score, config=code.CodeRewardConfig),
         RewardFunction("genrm", genrm.compute_score, config=genrm.GenRMConfig),
         RewardFunction("tool_format", tool_format.compute_score, config=tool_format.ToolFormatConfig),
+        *evaluation_components(),
     ]
     try:  # the managers subclass verl's RewardManagerBase; without verl only the functions exist
         # import verl's reward-manager package first: importing it fires the bridge (which may

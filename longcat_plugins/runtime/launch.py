@@ -63,6 +63,17 @@ class RunResult:
     def last_step(self) -> int:
         return max((s["step"] for s in self.steps), default=0)
 
+    def logger_dirs(self) -> dict[str, Path]:
+        """Where verl's ``tensorboard`` and ``wandb`` loggers wrote, for those that did."""
+        out = {}
+        tensorboard = Path(os.environ.get("TENSORBOARD_DIR", self.run_dir / "tensorboard"))
+        wandb = Path(os.environ.get("WANDB_DIR", self.run_dir)) / "wandb"
+        if tensorboard.is_dir():
+            out["tensorboard"] = tensorboard
+        if wandb.is_dir():
+            out["wandb"] = wandb
+        return out
+
 
 def build_command(config: Path, overrides: Sequence[str], run_dir: Path) -> list[str]:
     defaults = {
@@ -108,7 +119,15 @@ def run_training(
         next((o.split("=", 1)[1] for o in overrides if has_override([o], "trainer.default_local_dir")), "")
         or run_dir / "checkpoints"
     )
-    child_env = {**os.environ, "VERL_FILE_LOGGER_PATH": str(metrics), "PYTHONUNBUFFERED": "1", **(env or {})}
+    # verl's tensorboard logger writes under $TENSORBOARD_DIR, wandb under $WANDB_DIR: keep both in the run dir
+    logger_dirs = {"TENSORBOARD_DIR": str(run_dir / "tensorboard"), "WANDB_DIR": str(run_dir)}
+    child_env = {
+        **logger_dirs,
+        **os.environ,
+        "VERL_FILE_LOGGER_PATH": str(metrics),
+        "PYTHONUNBUFFERED": "1",
+        **(env or {}),
+    }
     command = build_command(config, overrides, run_dir)
     with open(log, "w") as sink:
         sink.write("$ " + " ".join(command) + "\n")
