@@ -37,6 +37,7 @@ def warm() -> None:
         ("42", "42"),  # a response that is only the answer
         ("$\\frac{1}{2}$", "\\frac{1}{2}"),
         ("**Final Answer:** 12", "12"),
+        ("**Answer**: 12", "12"),
         ("no numbers here", None),
         ("", None),
         # never an answer the model did not clearly give (issue 13.1): no last-number fallback
@@ -113,6 +114,8 @@ EQUIVALENT = [
     ("x < 0", r"(-\infty, 0)"),
     ("1 < x < 2", "(1, 2)"),
     (r"\cos \frac{\pi}{4}", r"\frac{\sqrt{2}}{2}"),
+    ("0 < x", r"(0, \infty)"),
+    (r"x \in [1, 3)", r"1 \le x < 3"),
 ]
 
 DIFFERENT = [
@@ -149,6 +152,8 @@ DIFFERENT = [
     ("[1, 2)", r"[1, \infty)"),  # main: equal (inf - 2 passed the numeric tolerance)
     ("1", r"\infty"),
     (r"-\infty", r"\infty"),
+    ("0 < x", r"(-\infty, 0)"),
+    ("4 m", "4"),  # a single letter after a number is a variable, not a unit
 ]
 
 

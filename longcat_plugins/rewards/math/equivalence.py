@@ -191,10 +191,11 @@ def _equation(s: str) -> tuple[str, str] | None:
     return None
 
 
+#: unit words recognised after a number without ``\text{}``; no single letters (``5 m`` may be 5*m)
 _UNIT_WORDS = (
-    "units?|cm|mm|km|m|kg|g|mg|s|sec|seconds?|minutes?|min|hours?|hrs?|days?|weeks?|years?|"
-    "inches|inch|in|feet|foot|ft|yards?|miles?|meters?|metres?|liters?|litres?|ml|l|"
-    "dollars?|cents?|degrees?|deg|percent|sq\\s*units|square\\s*units|cubic\\s*units"
+    "units?|cm|mm|km|kg|mg|sec|seconds?|minutes?|hours?|hrs?|days?|weeks?|years?|"
+    "inches|inch|feet|foot|ft|yards?|miles?|meters?|metres?|liters?|litres?|ml|"
+    "dollars?|cents?|degrees?|percent|sq\\s*units|square\\s*units|cubic\\s*units"
 )
 _TEXT_UNIT = re.compile(
     r"(?:\\[,;:! ]|\s)*\\(?:text|mbox|mathrm|textrm|rm)\s*\{([^{}]*)\}\s*(\^\s*\{?\s*[23]\s*\}?)?\s*$"
@@ -204,6 +205,7 @@ _MATRIX = re.compile(r"^\\begin\{([pbBvV]?matrix|array)\}(?:\{[^{}]*\})?(.*)\\en
 _REL = r"(<=|>=|<|>|≤|≥|\\leq?(?![a-z])|\\geq?(?![a-z])|\\lt(?![a-z])|\\gt(?![a-z])|\\leqslant|\\geqslant)"
 _ONE_SIDED = re.compile(rf"^([A-Za-z])\s*{_REL}\s*(.+)$")
 _TWO_SIDED = re.compile(rf"^(.+?)\s*{_REL}\s*([A-Za-z])\s*{_REL}\s*(.+)$")
+_VAR_RIGHT = re.compile(rf"^(.+?)\s*{_REL}\s*([A-Za-z])$")
 _MEMBER = re.compile(r"^[A-Za-z]\s*(?:\\in(?![a-zA-Z])|∈)\s*")
 
 
@@ -244,13 +246,18 @@ def _inequality_interval(s: str) -> str | None:
             return f"{'[' if k2 == '>=' else '('}{hi}, {lo}{']' if k1 == '>=' else ')'}"
         return None
     m = _ONE_SIDED.match(s)
-    if m and not re.search(_REL, m.group(3)):
+    flipped = None if m else _VAR_RIGHT.match(s)
+    if flipped and not re.search(_REL, flipped.group(1)):  # 0 < x is x > 0
+        bound, op, _var = flipped.groups()
+        kind = {"<": ">", ">": "<", "<=": ">=", ">=": "<="}[_rel_kind(op)]
+    elif m and not re.search(_REL, m.group(3)):
         _var, op, bound = m.groups()
         kind = _rel_kind(op)
-        if kind[0] == ">":
-            return f"{'[' if kind == '>=' else '('}{bound}, \\infty)"
-        return f"(-\\infty, {bound}{']' if kind == '<=' else ')'}"
-    return None
+    else:
+        return None
+    if kind[0] == ">":
+        return f"{'[' if kind == '>=' else '('}{bound}, \\infty)"
+    return f"(-\\infty, {bound}{']' if kind == '<=' else ')'}"
 
 
 def _matrix(s: str) -> tuple[str, list[list[str]]] | None:

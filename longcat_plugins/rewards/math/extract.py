@@ -26,7 +26,8 @@ MAX_ANSWER_CHARS = 2_000
 _BOX_OPEN = re.compile(r"\\(?:boxed|fbox)(?![A-Za-z])")
 _TOKEN_RE = re.compile(r"\\(?:boxed|fbox)(?![A-Za-z])\s*\{?|\\[{}\\]|[{}]")
 _PHRASE_RE = re.compile(
-    r"(?:final\s+answer\s*(?:is|:|=)|the\s+answer\s*(?:is|:|=)|^[ \t*#>]*answer\s*[:：])[ \t]*[:：]?(?P<rest>[^\n]*)",
+    r"(?:final\s+answer\**\s*(?:is|:|=)|the\s+answer\**\s*(?:is|:|=)|^[ \t*#>]*answer\**\s*[:：])"
+    r"[ \t]*[:：]?(?P<rest>[^\n]*)",
     re.IGNORECASE | re.MULTILINE,
 )
 _NUMBER_ONLY = re.compile(r"-?\d[\d,]*(?:\.\d+)?(?:/\d+)?|-?\.\d+")

@@ -48,6 +48,8 @@ CANARIES: tuple[tuple[str, str, str], ...] = (
     (r"\sqrt{3}", "1.7", "different"),
 )
 MAX_MESSAGE = 1 << 20
+#: memory a worker must still be able to allocate under its cap before it reports ready
+HEADROOM_MB = 64
 
 
 def run_canaries() -> str | None:
@@ -101,6 +103,9 @@ def _worker(sock: socket.socket, memory_mb: int, drop_uid: int | None) -> None:
             os.setgroups([])
             os.setgid(drop_uid)
             os.setuid(drop_uid)
+        # headroom: a cap below what a check needs must fail here, not as MemoryError on every sample
+        headroom = bytearray(HEADROOM_MB << 20)
+        del headroom
         problem = run_canaries()
     except Exception as exc:  # noqa: BLE001 - reported to the pool, which refuses to start
         problem = f"{type(exc).__name__}: {exc}"
