@@ -354,3 +354,21 @@ def test_hostile_inputs_take_at_most_2s_in_a_process_that_imported_verl(tmp_path
     slow = [r for r in rows if r[1] > 2.0]
     assert not slow, rows
     assert rows[-1][2] == 1.0  # 1/2 against references [7, 1/2, 8]: still checked after the kills
+
+
+def test_a_killed_zygote_is_restarted_and_checks_go_on() -> None:
+    import signal
+
+    from longcat_plugins.rewards.math.pool import CheckPool
+
+    pool = CheckPool(size=1)
+    try:
+        os.kill(pool._zygote.proc.pid, signal.SIGKILL)
+        pool._zygote.proc.wait()
+        assert pool.check("9^9^9^9", "7", 1.0)[0] == "timeout"
+        start = time.monotonic()
+        assert pool.check(r"\frac{2}{4}", "0.5", 1.0)[0] == "equal"
+        assert time.monotonic() - start < 60  # a fresh zygote: python start-up and the canaries
+        assert pool.replaced == 1
+    finally:
+        pool.close()

@@ -153,6 +153,8 @@ class CheckPool:
             self._to_replace.get()
             while not self._closed:
                 try:
+                    if self._zygote.proc.poll() is not None:  # killed (OOM?): start a new one
+                        self._zygote = _Zygote(self.memory_mb, self.drop_uid)
                     worker = self._zygote.fork()
                 except (PoolStartError, OSError, ValueError) as exc:
                     self._last_error = str(exc)
@@ -204,13 +206,16 @@ class CheckPool:
         self._zygote.close()
 
 
-_pools: dict[tuple[int, int, int | None], CheckPool] = {}
+_pools: dict[tuple[int, int, int, int | None], CheckPool] = {}
 _pools_lock = threading.Lock()
 
 
 def shared_pool(size: int = 2, memory_mb: int = 2048, drop_uid: int | None = 65534) -> CheckPool:
-    """The process-wide pool for these settings, created on first use and closed at exit."""
-    key = (size, memory_mb, drop_uid)
+    """The process-wide pool for these settings, created on first use and closed at exit.
+
+    Keyed by pid too: a forked child must not share its parent's sockets to the zygote.
+    """
+    key = (os.getpid(), size, memory_mb, drop_uid)
     with _pools_lock:
         pool = _pools.get(key)
         if pool is None or pool._closed:
@@ -220,5 +225,6 @@ def shared_pool(size: int = 2, memory_mb: int = 2048, drop_uid: int | None = 655
 
 @atexit.register
 def _close_all() -> None:
-    for pool in list(_pools.values()):
-        pool.close()
+    for (pid, *_), pool in list(_pools.items()):
+        if pid == os.getpid():
+            pool.close()
