@@ -116,6 +116,15 @@ EQUIVALENT = [
     (r"\cos \frac{\pi}{4}", r"\frac{\sqrt{2}}{2}"),
     ("0 < x", r"(0, \infty)"),
     (r"x \in [1, 3)", r"1 \le x < 3"),
+    (r"\sin 30^\circ", r"\frac12"),
+    (r"\cos(60^{\circ})", "0.5"),
+    (r"\varnothing", r"\{\}"),
+    (r"x \in \mathbb{R}", r"(-\infty, \infty)"),
+    ("1{,}000", "1000"),
+    (r"3 \text{ or } 5", "3, 5"),
+    ("3 and 5", r"\{3,5\}"),
+    ("3+2i", "2i+3"),
+    (r"\sqrt{-9}", "3i"),
 ]
 
 DIFFERENT = [
@@ -154,6 +163,11 @@ DIFFERENT = [
     (r"-\infty", r"\infty"),
     ("0 < x", r"(-\infty, 0)"),
     ("4 m", "4"),  # a single letter after a number is a variable, not a unit
+    (r"\sin 30", r"\frac12"),  # radians without the degree sign
+    (r"\emptyset", r"\{0\}"),
+    ("3 and 5", "3, 6"),
+    ("-i", "i"),
+    ("2,3", "23"),
 ]
 
 

@@ -67,6 +67,11 @@ def normalise(s: str) -> str:
         s = s.replace(a, b)
     s = s.replace("\\,", "").replace("~", "")
     s = re.sub(r"(?<!\\)\\ ", "", s)  # a LaTeX space, not the end of a matrix row ``\\ ``
+    s = s.replace("{,}", ",")  # 1{,}000
+    s = re.sub(r"\\(?:varnothing|emptyset)(?![a-zA-Z])|\\\{\s*\\\}", r"\\emptyset", s)
+    s = re.sub(r"\\mathbb\s*\{?R\}?\s*$", r"(-\\infty, \\infty)", s)  # x \in \mathbb{R}
+    s = re.sub(r"\s*\\(?:text|mbox)\{\s*(?:and|or)\s*\}\s*", ", ", s)  # 3 \text{ or } 5
+    s = re.sub(r"(?<=[\d}])\s+(?:and|or)\s+(?=[-\d\\])", ", ", s)
     s = re.sub(r"\s+", " ", s).strip().rstrip(".").strip()
     if _THOUSANDS.match(s.replace(" ", "")):
         s = s.replace(",", "").replace(" ", "")

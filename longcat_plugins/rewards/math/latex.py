@@ -85,6 +85,10 @@ _SYMBOLS = {
 }
 
 
+_TRIG = {"sin", "cos", "tan", "cot", "sec", "csc"}
+_DEGREE_SUFFIX = re.compile(r"\s*\^\s*(?:\{\s*\\circ\s*\}|\\circ)|\s*°")
+
+
 class LatexError(ValueError):
     """The input is not LaTeX this translator understands (unbalanced braces, unknown command)."""
 
@@ -151,6 +155,9 @@ def _function_argument(s: str, i: int) -> tuple[str, int]:
     start, i = i, i + len(m.group(0))
     for _ in range(_ARITY.get(m.group(0), 0)):  # \cos \frac{\pi}{4}: the command with its arguments
         _, i = _group(s, i)
+    degree = _DEGREE_SUFFIX.match(s, i)  # \sin 30^\circ: the degree sign belongs to the argument
+    if degree:
+        i = degree.end()
     return s[start:i], i
 
 
@@ -205,6 +212,8 @@ def latex_to_sympy_text(s: str, depth: int = 0) -> str:
                     base = "10"
                 arg, i = _function_argument(s, i)
                 inner = latex_to_sympy_text(arg, depth + 1)
+                if name in _TRIG and re.search(r"\\circ|°|\\degree", arg):  # \sin 30^\circ
+                    inner = f"({inner.replace('°', '')})*pi/180"
                 if base is not None:  # \log_2 8 is log(8, 2), never 'log * _ * 2 * 8'
                     call = f"log(({inner}),({latex_to_sympy_text(base, depth + 1)}))"
                 else:
