@@ -5,7 +5,7 @@ Writes bench/results/math_equivalence.json:
 - ``equivalence``: our ``verify`` and math-verify 0.9.0 on the same 40 labelled pairs of the
   classes of issue 13 item 4 (imaginary unit, log bases, binomials, ``x \\in`` intervals, lists
   vs sets, ``\\cdot``/``\\times``, percent, degrees, units, matrices, ``\\pm``, intervals with
-  ``\\infty``), half of them negatives. math-verify is not a dependency: install it into the venv
+  ``\\infty``), 12 of them negatives. math-verify is not a dependency: install it into the venv
   for this bench only (``pip install math-verify==0.9.0``); without it that column is skipped.
   These pairs are not in ``tests/test_rewards_math.py`` (the same classes, other values), but
   they were written by the engineer who made the fixes: a regression set, not a blind audit.

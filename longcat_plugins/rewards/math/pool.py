@@ -87,11 +87,12 @@ class _Zygote:
             self.close()
             raise PoolStartError(f"math check zygote failed its canary checks as uid {os.getuid()}: {detail}")
 
-    def fork(self, timeout: float = START_TIMEOUT_S) -> _Worker:
-        """A new worker that has dropped privileges and passed its canaries; PoolStartError if not."""
+    def fork(self, timeout: float = START_TIMEOUT_S, full: bool = True) -> _Worker:
+        """A new worker that has dropped privileges and passed its canaries (all, or one when not
+        ``full``); PoolStartError if not."""
         with self._lock:
             self._ctl.settimeout(timeout)
-            self._ctl.sendall(b"F")
+            self._ctl.sendall(b"F" if full else b"Q")
             msg, fds, _flags, _addr = socket.recv_fds(self._ctl, 64, 2)
         if not fds:
             raise PoolStartError(f"math check zygote (pid {self.proc.pid}) is gone (exit {self.proc.poll()})")
@@ -153,9 +154,10 @@ class CheckPool:
             self._to_replace.get()
             while not self._closed:
                 try:
-                    if self._zygote.proc.poll() is not None:  # killed (OOM?): start a new one
+                    fresh = self._zygote.proc.poll() is not None
+                    if fresh:  # killed (OOM?): start a new one, and verify it fully
                         self._zygote = _Zygote(self.memory_mb, self.drop_uid)
-                    worker = self._zygote.fork()
+                    worker = self._zygote.fork(full=fresh)
                 except (PoolStartError, OSError, ValueError) as exc:
                     self._last_error = str(exc)
                     logger.error("math reward: replacing a check worker failed, retrying: %s", exc)

@@ -52,11 +52,11 @@ MAX_MESSAGE = 1 << 20
 HEADROOM_MB = 64
 
 
-def run_canaries() -> str | None:
+def run_canaries(pairs: tuple[tuple[str, str, str], ...] = CANARIES) -> str | None:
     """None when every canary pair gets its expected verdict, else what went wrong."""
     from longcat_plugins.rewards.math.equivalence import check
 
-    for pred, gold, want in CANARIES:
+    for pred, gold, want in pairs:
         try:
             got, detail = check(pred, gold)
         except Exception as exc:  # noqa: BLE001 - reported to the pool, which refuses to start
@@ -91,8 +91,12 @@ def _serve(conn: Connection) -> None:
             return
 
 
-def _worker(sock: socket.socket, memory_mb: int, drop_uid: int | None) -> None:
-    """In the forked child: limits, privilege drop, canaries, then serve."""
+def _worker(sock: socket.socket, memory_mb: int, drop_uid: int | None, full: bool) -> None:
+    """In the forked child: limits, privilege drop, canaries, then serve.
+
+    The first workers of a pool run every canary (the pool refuses to start otherwise); a
+    replacement, forked from the same verified zygote, runs one so it is ready in milliseconds.
+    """
     conn = Connection(sock.detach())
     try:
         if memory_mb > 0:
@@ -106,7 +110,7 @@ def _worker(sock: socket.socket, memory_mb: int, drop_uid: int | None) -> None:
         # headroom: a cap below what a check needs must fail here, not as MemoryError on every sample
         headroom = bytearray(HEADROOM_MB << 20)
         del headroom
-        problem = run_canaries()
+        problem = run_canaries(CANARIES if full else CANARIES[:1])
     except Exception as exc:  # noqa: BLE001 - reported to the pool, which refuses to start
         problem = f"{type(exc).__name__}: {exc}"
     if problem is not None:
@@ -140,7 +144,7 @@ def zygote_main(ctl_fd: int, memory_mb: int, drop_uid: int) -> None:
             ours.close()
             signal.signal(signal.SIGCHLD, signal.SIG_DFL)
             try:
-                _worker(theirs, memory_mb, None if drop_uid < 0 else drop_uid)
+                _worker(theirs, memory_mb, None if drop_uid < 0 else drop_uid, full=request == b"F")
             finally:
                 os._exit(0)
         theirs.close()
