@@ -264,16 +264,19 @@ def test_malformed_final_answer_is_never_credited(name: str) -> None:
 
 @pytest.mark.parametrize("name", list(HOSTILE_RESPONSES))
 def test_extraction_is_linear(name: str) -> None:
+    def best_of_3(text: str) -> float:
+        times = []
+        for _ in range(3):
+            start = time.perf_counter()
+            extract_answer(text)
+            times.append(time.perf_counter() - start)
+        return min(times)
+
     response = HOSTILE_RESPONSES[name]
-    start = time.perf_counter()
-    extract_answer(response)
-    small = time.perf_counter() - start
-    big = response * 10  # 10x the input: a quadratic scan would take ~100x as long
-    start = time.perf_counter()
-    extract_answer(big)
-    large = time.perf_counter() - start
+    small = best_of_3(response)
+    large = best_of_3(response * 10)  # a quadratic scan (main: 3-4 s at 20k chars) would take minutes
     assert small < 0.1, f"{len(response)} chars took {small:.3f}s"
-    assert large < max(50 * small, 0.2), f"10x input took {large / max(small, 1e-9):.0f}x as long"
+    assert large < max(50 * small, 1.0), f"10x input took {large:.3f}s ({large / max(small, 1e-9):.0f}x)"
 
 
 def test_responses_past_the_size_limits_are_invalid_not_truncated() -> None:
