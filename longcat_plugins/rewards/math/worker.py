@@ -16,6 +16,7 @@ Messages are length-prefixed JSON (never pickle: a worker runs untrusted input t
 
 from __future__ import annotations
 
+import importlib
 import json
 import os
 import resource
@@ -46,6 +47,14 @@ CANARIES: tuple[tuple[str, str, str], ...] = (
     (r"2\sqrt{2} + i", r"\sqrt{8} + \sqrt{-1}", "equal"),
     (r"\text{Monday}", "monday", "equal"),
     (r"\sqrt{3}", "1.7", "different"),
+)
+#: modules sympy imports lazily inside functions, found by running the test table and the
+#: bench pairs after the canaries; imported by the zygote as root on top of the canary run
+PRELOAD = (
+    "longcat_plugins.rewards.math.equivalence",
+    "sympy.assumptions.wrapper",
+    "sympy.sets.setexpr",
+    "sympy.tensor.tensor",
 )
 MAX_MESSAGE = 1 << 20
 #: memory a worker must still be able to allocate under its cap before it reports ready
@@ -124,7 +133,9 @@ def _worker(sock: socket.socket, memory_mb: int, drop_uid: int | None, full: boo
 def zygote_main(ctl_fd: int, memory_mb: int, drop_uid: int) -> None:
     """Preload as root, then fork one worker per request on ``ctl_fd`` until the pool closes it."""
     ctl = socket.socket(fileno=ctl_fd)
-    problem = run_canaries()  # as root: loads every module a check uses
+    for name in PRELOAD:
+        importlib.import_module(name)
+    problem = run_canaries()  # as root: loads every module the canaries' code paths use
     ctl.sendall(json.dumps(["failed" if problem else "ready", problem or ""]).encode() + b"\n")
     if problem:
         return
