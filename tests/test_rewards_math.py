@@ -51,6 +51,7 @@ def warm() -> None:
         (r"<think>maybe \boxed{1}</think> so \boxed{2}", "2"),
         (r"<think>\boxed{1}</think> I am not sure", None),
         ("The answer is \\boxed{", None),
+        ("The final answer is $5$ or $6$.", "5 or 6"),  # a hedge, not its last part
     ],
 )
 def test_extract_answer(response: str, answer: str | None) -> None:
@@ -277,6 +278,11 @@ def test_extraction_is_linear(name: str) -> None:
     large = best_of_3(response * 10)  # a quadratic scan (main: 3-4 s at 20k chars) would take minutes
     assert small < 0.1, f"{len(response)} chars took {small:.3f}s"
     assert large < max(50 * small, 1.0), f"10x input took {large:.3f}s ({large / max(small, 1e-9):.0f}x)"
+
+
+def test_a_hedged_final_answer_is_not_credited() -> None:
+    assert compute_score("math", "The final answer is $5$ or $6$.", "6")["score"] == 0.0
+    assert compute_score("math", "The final answer is $6$.", "6")["score"] == 1.0
 
 
 def test_responses_past_the_size_limits_are_invalid_not_truncated() -> None:

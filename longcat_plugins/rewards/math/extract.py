@@ -8,7 +8,8 @@ never a guess. In order:
    box. Every box must be closed: one unclosed ``\\boxed{`` anywhere (a truncated or
    malformed final answer) means no answer, never the last number or an inner box;
 3. otherwise an explicit final-answer phrase ("the final answer is", "the answer is",
-   ``Answer:`` at the start of a line): the rest of that line, or its last ``$...$``;
+   ``Answer:`` at the start of a line): the rest of that line, or its one ``$...$`` span
+   (several spans are graded together: ``$5$ or $6$`` is a hedge, not 6);
 4. otherwise a response that *is* just one number or one ``$...$`` span.
 
 No other fallback: the last number or math span in running text is not an answer.
@@ -78,9 +79,10 @@ def last_boxed(text: str) -> str | None:
 def _phrase_answer(line: str) -> str:
     line = line.strip()
     dollars = _DOLLAR_RE.findall(line)
-    if dollars:
-        return dollars[-1].strip()
-    return line.rstrip(".").strip().strip("*").strip()
+    if len(dollars) == 1:
+        return dollars[0].strip()
+    # several spans ("$5$ or $6$"): the whole line, so a hedge is graded as one, never as its last part
+    return line.replace("$", "").rstrip(".").strip().strip("*").strip()
 
 
 def extract_answer(
