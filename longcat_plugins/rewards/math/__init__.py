@@ -23,8 +23,8 @@ __all__ = ["MathRewardConfig", "compute_score", "extract_answer", "verify"]
 class MathRewardConfig:
     """Settings of the ``math`` reward (``longcat.settings.reward.math``)."""
 
-    #: per check, in the worker; a timed-out check returns at once (the replacement is forked
-    #: in the background), so the caller waits at most this plus a few ms
+    #: per sample, all references together; a timed-out check returns at once (the replacement
+    #: is forked in the background), so the caller waits at most this plus a few ms
     timeout_s: float = 1.5
     workers: int = 2
     memory_mb: int = 2048
@@ -74,7 +74,10 @@ def compute_score(
     extra_info: dict[str, Any] | None = None,
     **kwargs: Any,
 ) -> dict[str, Any]:
-    """verl reward function: 1.0 for an answer equivalent to ``ground_truth``; invalid when uncheckable."""
+    """verl reward function: 1.0 for an answer equivalent to ``ground_truth``; invalid when uncheckable.
+
+    Raises :class:`~longcat_plugins.rewards.result.RewardSetupError` when the check pool cannot work here.
+    """
     cfg = _settings(kwargs)
     ground_truth = plain(ground_truth)
     if ground_truth is None or (isinstance(ground_truth, str) and not ground_truth.strip()):
