@@ -395,3 +395,17 @@ def test_a_killed_zygote_is_restarted_and_checks_go_on() -> None:
         assert pool.replaced == 1
     finally:
         pool.close()
+
+
+def test_worker_kill_without_a_pidfd_falls_back_to_the_pid() -> None:
+    """Kernels before 5.3 have no pidfd: a timed-out worker must still die."""
+    import socket
+    from multiprocessing.connection import Connection
+
+    from longcat_plugins.rewards.math.pool import _Worker
+
+    proc = subprocess.Popen(["sleep", "60"])
+    a, b = socket.socketpair()
+    _Worker(proc.pid, -1, Connection(a.detach())).kill()
+    assert proc.wait(timeout=5) == -9
+    b.close()

@@ -45,10 +45,16 @@ class _Worker:
     conn: Connection
 
     def kill(self) -> None:
-        """SIGKILL through the pidfd (never a recycled pid), then release the handles."""
+        """SIGKILL through the pidfd (never a recycled pid), then release the handles.
+
+        Without a pidfd (kernel < 5.3) by pid: the zygote's workers are reaped at once, so a
+        recycled pid is possible but unlikely in the milliseconds between.
+        """
         try:
             if self.pidfd >= 0:
                 signal.pidfd_send_signal(self.pidfd, signal.SIGKILL)
+            elif self.pid > 0:
+                os.kill(self.pid, signal.SIGKILL)
         except OSError:
             pass  # already dead
         finally:

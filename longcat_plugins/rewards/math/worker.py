@@ -161,7 +161,7 @@ def zygote_main(ctl_fd: int, memory_mb: int, drop_uid: int) -> None:
         theirs.close()
         try:
             pidfd = os.pidfd_open(pid)
-        except OSError:  # already gone: the pool reads EOF from ``ours`` and reports it
+        except (OSError, AttributeError):  # gone, or no pidfds here: the pool kills by pid
             pidfd = -1
         try:
             socket.send_fds(ctl, [str(pid).encode()], [ours.fileno()] + ([pidfd] if pidfd >= 0 else []))
