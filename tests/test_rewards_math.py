@@ -3,8 +3,13 @@ adversarial inputs that must come back within the hard limit (invalid or wrong, 
 
 from __future__ import annotations
 
+import json
 import math
+import os
+import subprocess
+import sys
 import time
+from pathlib import Path
 
 import pytest
 
@@ -28,10 +33,25 @@ def warm() -> None:
         (r"\boxed{\{1, \{2\}\}} then \boxed{x^{2}+\frac{a}{b}}", r"x^{2}+\frac{a}{b}"),
         ("The final answer is $42$.", "42"),
         ("Answer: 3/4", "3/4"),
-        ("we get 5 apples and then 7", "7"),
         (r"\boxed 5", "5"),
+        ("42", "42"),  # a response that is only the answer
+        ("$\\frac{1}{2}$", "\\frac{1}{2}"),
+        ("**Final Answer:** 12", "12"),
+        ("**Answer**: 12", "12"),
         ("no numbers here", None),
         ("", None),
+        # never an answer the model did not clearly give (issue 13.1): no last-number fallback
+        ("we get 5 apples and then 7", None),
+        ("Let $x = 5$. Then $y$ is what we want.", None),
+        (r"\boxed{\frac{\frac{1}{x}}{\boxed{1}", None),  # an inner box inside an unclosed one
+        (r"\boxed{" * 2857 + "1", None),
+        (r"\boxed{3} and finally \boxed{4", None),  # the last box is unclosed
+        (r"\boxed{3}} stray brace", "3"),
+        (r"<think> so \boxed{1}", None),  # cut off while thinking
+        (r"<think>maybe \boxed{1}</think> so \boxed{2}", "2"),
+        (r"<think>\boxed{1}</think> I am not sure", None),
+        ("The answer is \\boxed{", None),
+        ("The final answer is $5$ or $6$.", "5 or 6"),  # a hedge, not its last part
     ],
 )
 def test_extract_answer(response: str, answer: str | None) -> None:
@@ -64,6 +84,48 @@ EQUIVALENT = [
     (r"2\pi", r"2 \cdot \pi"),
     (r"\sin^2 x + \cos^2 x", "1"),
     ("-1/3", r"-\frac{1}{3}"),
+    # issue 13.4: the imaginary unit, log bases, binomials, membership, sets vs lists, units...
+    (r"e^{i\pi}", "-1"),
+    ("i", r"\sqrt{-1}"),
+    (r"2\sqrt{2} + i", r"\sqrt{8} + \sqrt{-1}"),
+    (r"\log_2 8", "3"),
+    (r"\log_{3} 81", "4"),
+    (r"\lg 100", "2"),
+    (r"\binom{5}{2}", "10"),
+    (r"\tbinom{6}{3}", "20"),
+    (r"\dbinom{4}{2}", r"\binom{4}{2}"),
+    (r"x \in (0,\infty)", r"(0,\infty)"),
+    (r"(0,\infty)", r"x \in (0, \infty)"),
+    ("3, 5", r"\{5, 3\}"),
+    (r"\{5, 3\}", "3, 5"),
+    (r"2 \cdot 3", r"3 \times 2"),
+    (r"2 \times 10^3", "2000"),
+    (r"25\%", "0.25"),
+    (r"45^\circ", r"\frac{\pi}{4}"),
+    ("90 degrees", r"90^\circ"),
+    (r"5\text{ cm}", "5"),
+    (r"12 \text{ inches}", "12"),
+    (r"\$5", "5"),
+    (r"\begin{pmatrix} 1 & 2 \\ 3 & 4 \end{pmatrix}", r"\begin{bmatrix} 1 & 2 \\ 3 & 4 \end{bmatrix}"),
+    (r"\begin{pmatrix} 1 \\ 2 \end{pmatrix}", "(1, 2)"),
+    (r"1 \pm \sqrt{2}", r"1+\sqrt{2}, 1-\sqrt{2}"),
+    (r"\pm 3", "3, -3"),
+    (r"[2, \infty)", r"[2,+\infty)"),
+    (r"x \geq 2", r"[2, \infty)"),
+    ("x < 0", r"(-\infty, 0)"),
+    ("1 < x < 2", "(1, 2)"),
+    (r"\cos \frac{\pi}{4}", r"\frac{\sqrt{2}}{2}"),
+    ("0 < x", r"(0, \infty)"),
+    (r"x \in [1, 3)", r"1 \le x < 3"),
+    (r"\sin 30^\circ", r"\frac12"),
+    (r"\cos(60^{\circ})", "0.5"),
+    (r"\varnothing", r"\{\}"),
+    (r"x \in \mathbb{R}", r"(-\infty, \infty)"),
+    ("1{,}000", "1000"),
+    (r"3 \text{ or } 5", "3, 5"),
+    ("3 and 5", r"\{3,5\}"),
+    ("3+2i", "2i+3"),
+    (r"\sqrt{-9}", "3i"),
 ]
 
 DIFFERENT = [
@@ -79,6 +141,34 @@ DIFFERENT = [
     ("51%", "0.5"),
     (r"\sqrt{3}", "1.7"),
     ("-2", "2"),
+    # issue 13.4 negatives: never a false positive in the new classes
+    (r"\log_2 8", "16"),  # main read \log_2 8 as 16*log(_)
+    (r"\log_2 8", "3.01"),
+    ("i", "1"),
+    ("2i", "-2i"),
+    (r"e^{i\pi}", "1"),
+    (r"\binom{5}{2}", "20"),
+    ("3, 5", r"\{3, 5, 7\}"),
+    (r"\{3, 5\}", "3, 6"),
+    ("(1, 2)", r"\{1, 2\}"),  # a tuple is not a set
+    (r"5 \text{ cm}", r"5\text{ m}"),  # both with units: the units must agree
+    (r"\begin{pmatrix} 1 & 2 \\ 3 & 5 \end{pmatrix}", r"\begin{pmatrix} 1 & 2 \\ 3 & 4 \end{pmatrix}"),
+    (r"\begin{pmatrix} 1 & 2 \end{pmatrix}", r"\begin{pmatrix} 1 \\ 2 \\ 3 \end{pmatrix}"),
+    (r"1 + \sqrt{2}", r"1 \pm \sqrt{2}"),  # one root of two
+    (r"(2, \infty)", r"[2, \infty)"),
+    (r"1 \le x < 2", "(1, 2)"),
+    (r"x \in (0, 1)", r"(0, \infty)"),
+    (r"25\%", "0.3"),
+    ("[1, 2)", r"[1, \infty)"),  # main: equal (inf - 2 passed the numeric tolerance)
+    ("1", r"\infty"),
+    (r"-\infty", r"\infty"),
+    ("0 < x", r"(-\infty, 0)"),
+    ("4 m", "4"),  # a single letter after a number is a variable, not a unit
+    (r"\sin 30", r"\frac12"),  # radians without the degree sign
+    (r"\emptyset", r"\{0\}"),
+    ("3 and 5", "3, 6"),
+    ("-i", "i"),
+    ("2,3", "23"),
 ]
 
 
@@ -147,3 +237,175 @@ def test_unparsable_reference_is_invalid() -> None:
 def test_bad_settings_are_named() -> None:
     with pytest.raises(ValueError, match="timeout_s"):
         MathRewardConfig(timeout_s=0)
+
+
+# ---- issue 13.1-13.2: no credit for an answer the model did not clearly give; linear extraction
+
+HOSTILE_RESPONSES = {
+    "nested unclosed boxes": r"\boxed{\frac{\frac{1}{x}}{\boxed{" * 1000 + "1",
+    "2857 open boxes then 1": r"\boxed{" * 2857 + "1",
+    "last box unclosed": r"\boxed{1} so finally \boxed{1",
+    "20k open braces": r"\boxed{" + "{" * 20000 + "1",
+    "20k bare boxes": r"\boxed " * 2857 + "1",
+    "20k closing braces": r"\boxed{1" + "}" * 20000,
+}
+
+
+@pytest.mark.parametrize("name", list(HOSTILE_RESPONSES))
+def test_malformed_final_answer_is_never_credited(name: str) -> None:
+    response = HOSTILE_RESPONSES[name]
+    start = time.monotonic()
+    res = compute_score("math", response, "1")
+    assert time.monotonic() - start < 2.0
+    if name == "20k closing braces":  # one well-formed box, stray braces after it: a real answer
+        assert res["score"] == 1.0
+    else:
+        assert res["score"] == 0.0 and res[VALID_KEY] == 1.0, (name, res)
+
+
+@pytest.mark.parametrize("name", list(HOSTILE_RESPONSES))
+def test_extraction_is_linear(name: str) -> None:
+    def best_of_3(text: str) -> float:
+        times = []
+        for _ in range(3):
+            start = time.perf_counter()
+            extract_answer(text)
+            times.append(time.perf_counter() - start)
+        return min(times)
+
+    response = HOSTILE_RESPONSES[name]
+    small = best_of_3(response)
+    large = best_of_3(response * 10)  # a quadratic scan (main: 3-4 s at 20k chars) would take minutes
+    assert small < 0.1, f"{len(response)} chars took {small:.3f}s"
+    assert large < max(50 * small, 1.0), f"10x input took {large:.3f}s ({large / max(small, 1e-9):.0f}x)"
+
+
+def test_a_hedged_final_answer_is_not_credited() -> None:
+    assert compute_score("math", "The final answer is $5$ or $6$.", "6")["score"] == 0.0
+    assert compute_score("math", "The final answer is $6$.", "6")["score"] == 1.0
+
+
+def test_responses_past_the_size_limits_are_invalid_not_truncated() -> None:
+    long = "x " * 250_000 + r"\boxed{1}"
+    res = compute_score("math", long, "1")
+    assert res[VALID_KEY] == 0.0 and "max_response_chars=400000" in res[ERROR_KEY]
+    assert compute_score("math", long, "1", max_response_chars=600_000)["score"] == 1.0
+    res = compute_score("math", r"\boxed{" + "1+" * 1500 + "1}", "3001")
+    assert res[VALID_KEY] == 0.0 and "max_answer_chars=2000" in res[ERROR_KEY]
+
+
+# ---- issue 13.0: workers that drop privileges must still be able to check everything
+
+PRIVATE_SCRIPT = """
+import json, sys
+from longcat_plugins.rewards.math import MathRewardConfig, verify
+import longcat_plugins, sympy
+assert longcat_plugins.__file__.startswith(sys.argv[1]) and sympy.__file__.startswith(sys.argv[1])
+pairs = json.loads(sys.argv[2])
+cfg = MathRewardConfig(timeout_s=5.0, workers=1, drop_uid=65534)
+print(json.dumps([verify(p, g, cfg) for p, g in pairs]))
+"""
+
+
+@pytest.mark.skipif(os.geteuid() != 0, reason="needs root to drop to uid 65534")
+def test_checks_work_when_the_package_lives_in_a_private_directory(tmp_path: Path) -> None:
+    """sympy and this package under a 0700 root-owned directory, as in a venv under /root."""
+    private = tmp_path / "private"
+    site = private / "site"
+    site.mkdir(parents=True)
+    private.chmod(0o700)
+    import sympy
+
+    import longcat_plugins
+
+    (site / "sympy").symlink_to(Path(sympy.__file__).parent)
+    (site / "longcat_plugins").symlink_to(Path(longcat_plugins.__file__).parent)
+    pairs = [(p, g) for p, g in EQUIVALENT + DIFFERENT]
+    env = {**os.environ, "PYTHONPATH": str(site)}
+    proc = subprocess.run(
+        [sys.executable, "-c", PRIVATE_SCRIPT, str(site), json.dumps(pairs)],
+        capture_output=True,
+        text=True,
+        env=env,
+        cwd=tmp_path,
+        timeout=300,
+    )
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    verdicts = json.loads(proc.stdout.strip().splitlines()[-1])
+    errors = [
+        (p, g, v)
+        for (p, g), v in zip(pairs, verdicts, strict=True)
+        if v[0] != ("equal" if (p, g) in EQUIVALENT else "different")
+    ]
+    assert not errors, errors
+
+
+def test_pool_refuses_to_start_when_workers_fail_their_canaries() -> None:
+    from longcat_plugins.rewards.math.pool import CheckPool, PoolStartError
+    from longcat_plugins.rewards.result import RewardSetupError
+
+    with pytest.raises(PoolStartError, match="canary") as info:
+        CheckPool(size=1, memory_mb=20)  # too little address space to run a check
+    assert isinstance(info.value, RewardSetupError)
+
+
+# ---- issue 13.3: <= 2 s end to end, replacement included, inside a process that imported verl
+
+VERL_SCRIPT = """
+print("MAIN-IMPORTED", flush=True)  # no __main__ guard: the pool must not re-import this file
+import json, time
+import verl  # noqa: F401  (as inside verl's reward workers)
+from longcat_plugins.rewards.math import compute_score
+compute_score("math", r"\\boxed{1}", "1")  # pool start-up is not a check
+out = []
+for pred in [r"9^{9^{9^9}}", r"10^{10^{10}}!", r"10^{10^{10^{10}}}", r"\\frac{1}{2}"]:
+    for _ in range(2):  # twice in a row: the second must not wait for a replacement
+        t = time.monotonic()
+        res = compute_score("math", rf"\\boxed{{{pred}}}", ["7", "1/2", "8"])
+        out.append([pred, time.monotonic() - t, res["score"], res["longcat_reward_valid"]])
+print(json.dumps(out))
+"""
+
+
+def test_hostile_inputs_take_at_most_2s_in_a_process_that_imported_verl(tmp_path: Path) -> None:
+    script = tmp_path / "caller.py"
+    script.write_text(VERL_SCRIPT)
+    proc = subprocess.run([sys.executable, str(script)], capture_output=True, text=True, cwd=tmp_path, timeout=600)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    assert proc.stdout.count("MAIN-IMPORTED") == 1, proc.stdout
+    rows = json.loads(proc.stdout.strip().splitlines()[-1])
+    slow = [r for r in rows if r[1] > 2.0]
+    assert not slow, rows
+    assert rows[-1][2] == 1.0  # 1/2 against references [7, 1/2, 8]: still checked after the kills
+
+
+def test_a_killed_zygote_is_restarted_and_checks_go_on() -> None:
+    import signal
+
+    from longcat_plugins.rewards.math.pool import CheckPool
+
+    pool = CheckPool(size=1)
+    try:
+        os.kill(pool._zygote.proc.pid, signal.SIGKILL)
+        pool._zygote.proc.wait()
+        assert pool.check("9^9^9^9", "7", 1.0)[0] == "timeout"
+        start = time.monotonic()
+        assert pool.check(r"\frac{2}{4}", "0.5", 1.0)[0] == "equal"
+        assert time.monotonic() - start < 60  # a fresh zygote: python start-up and the canaries
+        assert pool.replaced == 1
+    finally:
+        pool.close()
+
+
+def test_worker_kill_without_a_pidfd_falls_back_to_the_pid() -> None:
+    """Kernels before 5.3 have no pidfd: a timed-out worker must still die."""
+    import socket
+    from multiprocessing.connection import Connection
+
+    from longcat_plugins.rewards.math.pool import _Worker
+
+    proc = subprocess.Popen(["sleep", "60"])
+    a, b = socket.socketpair()
+    _Worker(proc.pid, -1, Connection(a.detach())).kill()
+    assert proc.wait(timeout=5) == -9
+    b.close()

@@ -6,6 +6,7 @@ nothing left behind."""
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import math
 import os
 import shutil
@@ -262,3 +263,22 @@ def test_python_reaper_fallback(work_root: str, monkeypatch: pytest.MonkeyPatch)
     rep = run(sb, "python", HOSTILE["fork_bomb"], parse_test_cases({"inputs": [""], "outputs": ["x"]}))
     assert rep.cases[0].status in ("time_limit", "runtime_error")
     assert_clean(sb)
+
+
+@pytest.mark.skipif(os.geteuid() != 0, reason="the uid drop only happens as root")
+def test_toolchain_out_of_the_sandbox_uids_reach_is_refused_loudly(work_root: str, tmp_path: Path) -> None:
+    """Issue 13.0's class of failure: an interpreter under a 0700 dir (pyenv/venv under /root)."""
+    from longcat_plugins.rewards.result import RewardSetupError
+    from longcat_plugins.rewards.sandbox import SandboxSetupError
+    from longcat_plugins.rewards.sandbox.languages import LANGUAGES
+
+    private = tmp_path / "private"
+    private.mkdir()
+    (private / "python3").symlink_to(LANGUAGES["python"].run[0])
+    private.chmod(0o700)
+    hidden = dataclasses.replace(LANGUAGES["python"], run=(str(private / "python3"), "{src}"), compile=None)
+    sb = Sandbox("auto", LIMITS, work_root=work_root)
+    with pytest.raises(SandboxSetupError, match="not accessible to the sandbox uids") as info:
+        asyncio.run(sb.run(hidden, PY_ADD, ADD))
+    assert str(private) in str(info.value) and isinstance(info.value, RewardSetupError)
+    assert asyncio.run(sb.run("python", PY_ADD, ADD)).all_passed  # the stock toolchain is reachable

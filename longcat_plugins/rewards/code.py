@@ -13,7 +13,7 @@ import threading
 from dataclasses import dataclass
 from typing import Any
 
-from longcat_plugins.rewards.result import invalid, scored
+from longcat_plugins.rewards.result import RewardSetupError, invalid, scored
 from longcat_plugins.rewards.sandbox import Limits, Sandbox, parse_test_cases
 from longcat_plugins.rewards.sandbox.languages import ALIASES, LANGUAGES
 
@@ -98,6 +98,8 @@ async def compute_score(
         return scored(0.0, acc=0.0, pass_rate=0.0)
     try:
         report = await get_sandbox(cfg).run(language, code, suite)
+    except RewardSetupError:
+        raise
     except (ValueError, RuntimeError) as exc:
         return invalid(f"code reward ({data_source}): {exc}", pass_rate=0.0)
     if report.infra_error:

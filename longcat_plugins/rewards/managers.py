@@ -25,7 +25,7 @@ from typing import Any, ClassVar
 from verl import DataProto
 from verl.experimental.reward_loop.reward_manager.base import RewardManagerBase
 
-from longcat_plugins.rewards.result import ERROR_KEY, NAME_KEY, VALID_KEY, invalid
+from longcat_plugins.rewards.result import ERROR_KEY, NAME_KEY, VALID_KEY, RewardSetupError, invalid
 
 logger = logging.getLogger(__name__)
 
@@ -171,6 +171,8 @@ class LongcatRewardManager(RewardManagerBase):
         else:
             try:
                 result = await self.score(name, data_source, text, ground_truth, extra)
+            except RewardSetupError:
+                raise
             except Exception as exc:  # noqa: BLE001 - a failing reward is an invalid sample, not a dead batch
                 logger.warning("reward %s failed on %s: %s", name, data_source, exc)
                 result = invalid(f"{name}: {type(exc).__name__}: {exc}")

@@ -20,6 +20,13 @@ NAME_KEY = "longcat_reward_name"
 STANDARD_KEYS: tuple[str, ...] = ("acc", VALID_KEY, ERROR_KEY)
 
 
+class RewardSetupError(RuntimeError):
+    """A reward cannot work at all in this process (e.g. its check workers fail their canaries).
+
+    Raised, never turned into invalid samples: masking every sample would train on nothing, silently.
+    """
+
+
 def scored(score: float, acc: float | None = None, **extra: Any) -> dict[str, Any]:
     """A computed result: ``score`` counts, ``acc`` defaults to ``score >= 1``."""
     return {

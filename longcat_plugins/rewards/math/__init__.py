@@ -8,10 +8,11 @@ reference itself cannot be parsed, so the sample is masked rather than punished.
 
 from __future__ import annotations
 
+import time
 from dataclasses import dataclass
 from typing import Any
 
-from longcat_plugins.rewards.math.extract import extract_answer
+from longcat_plugins.rewards.math.extract import MAX_ANSWER_CHARS, MAX_RESPONSE_CHARS, AnswerTooLong, extract_answer
 from longcat_plugins.rewards.plain import plain
 from longcat_plugins.rewards.result import invalid, scored
 
@@ -22,19 +23,27 @@ __all__ = ["MathRewardConfig", "compute_score", "extract_answer", "verify"]
 class MathRewardConfig:
     """Settings of the ``math`` reward (``longcat.settings.reward.math``)."""
 
-    timeout_s: float = 5.0
+    #: per sample, all references together; a timed-out check returns at once (the replacement
+    #: is forked in the background), so the caller waits at most this plus a few ms
+    timeout_s: float = 1.5
     workers: int = 2
     memory_mb: int = 2048
     correct_score: float = 1.0
     incorrect_score: float = 0.0
     #: uid the sympy workers drop to when the reward worker runs as root; -1 keeps root
     drop_uid: int = 65534
+    #: longer responses, or longer extracted answers, are invalid (never truncated and guessed at)
+    max_response_chars: int = MAX_RESPONSE_CHARS
+    max_answer_chars: int = MAX_ANSWER_CHARS
 
     def __post_init__(self) -> None:
         if self.timeout_s <= 0:
             raise ValueError(f"timeout_s must be > 0, got {self.timeout_s}")
         if self.workers < 1:
             raise ValueError(f"workers must be >= 1, got {self.workers}")
+        for name in ("max_response_chars", "max_answer_chars"):
+            if getattr(self, name) < 1:
+                raise ValueError(f"{name} must be >= 1, got {getattr(self, name)}")
 
 
 def _settings(overrides: dict[str, Any]) -> MathRewardConfig:
@@ -43,13 +52,19 @@ def _settings(overrides: dict[str, Any]) -> MathRewardConfig:
     return settings_with_overrides("reward", "math", MathRewardConfig, overrides)
 
 
-def verify(pred: str, gold: str, config: MathRewardConfig | None = None) -> tuple[str, str]:
-    """(verdict, detail) for one pair under the hard limit: equal, different, timeout, error, unparsable_reference."""
+def verify(
+    pred: str, gold: str, config: MathRewardConfig | None = None, timeout_s: float | None = None
+) -> tuple[str, str]:
+    """(verdict, detail) for one pair under the hard limit: equal, different, timeout, error, unparsable_reference.
+
+    Raises :class:`~longcat_plugins.rewards.result.RewardSetupError` when the check workers
+    cannot start or fail their canary pairs (never a silent stream of invalid samples).
+    """
     from longcat_plugins.rewards.math.pool import shared_pool
 
     cfg = config or MathRewardConfig()
     pool = shared_pool(cfg.workers, cfg.memory_mb, None if cfg.drop_uid < 0 else cfg.drop_uid)
-    return pool.check(pred, gold, cfg.timeout_s)
+    return pool.check(pred, gold, cfg.timeout_s if timeout_s is None else timeout_s)
 
 
 def compute_score(
@@ -59,19 +74,35 @@ def compute_score(
     extra_info: dict[str, Any] | None = None,
     **kwargs: Any,
 ) -> dict[str, Any]:
-    """verl reward function: 1.0 for an answer equivalent to ``ground_truth``; invalid when uncheckable."""
+    """verl reward function: 1.0 for an answer equivalent to ``ground_truth``; invalid when uncheckable.
+
+    Raises :class:`~longcat_plugins.rewards.result.RewardSetupError` when the check pool cannot work here.
+    """
     cfg = _settings(kwargs)
     ground_truth = plain(ground_truth)
     if ground_truth is None or (isinstance(ground_truth, str) and not ground_truth.strip()):
         return invalid(f"math reward: empty ground_truth for data_source {data_source!r}")
     golds = [str(g) for g in ground_truth] if isinstance(ground_truth, list | tuple) else [str(ground_truth)]
-    pred = extract_answer(solution_str or "")
+    try:
+        pred = extract_answer(solution_str or "", cfg.max_response_chars, cfg.max_answer_chars)
+    except AnswerTooLong as exc:
+        return invalid(f"math reward: {exc}")
     if pred is None:
         return scored(cfg.incorrect_score, acc=0.0)
     errors = []
+    deadline = time.monotonic() + cfg.timeout_s  # one budget for all references: the bound is per sample
     for gold in golds:
-        gold_answer = extract_answer(gold) if "\\boxed" in gold else gold
-        verdict, detail = verify(pred, gold_answer or gold, cfg)
+        try:
+            gold_answer = (
+                extract_answer(gold, cfg.max_response_chars, cfg.max_answer_chars) if "\\boxed" in gold else gold
+            )
+        except AnswerTooLong as exc:
+            return invalid(f"math reward: reference: {exc}")
+        left = deadline - time.monotonic()
+        if left <= 0:
+            errors.append(f"timeout: no time left for reference {gold[:40]!r} within timeout_s={cfg.timeout_s:g}")
+            continue
+        verdict, detail = verify(pred, gold_answer or gold, cfg, timeout_s=left)
         if verdict == "equal":
             return scored(cfg.correct_score, acc=1.0)
         if verdict != "different":

@@ -10,6 +10,7 @@ exact symbolic difference ``simplify(a - b) == 0``, then a numeric fallback at r
 
 from __future__ import annotations
 
+import math
 import random
 import re
 from typing import Any
@@ -47,6 +48,7 @@ _ALLOWED_FUNCS = {
     "tanh",
     "log",
     "exp",
+    "binomial",
     "pi",
     "oo",
     "E",
@@ -60,10 +62,16 @@ MAX_LEN = 1000
 def normalise(s: str) -> str:
     """Cosmetic LaTeX/text normalisation that never changes meaning."""
     s = s.strip().strip("$").strip()
-    s = re.sub(r"\\text\{\s*(?:units?|cm|m|km|kg|g|s|degrees?)\s*\}", "", s)
+    s = re.sub(r"^\\\$\s*", "", s)  # \$5: a currency sign, not part of the value
     for a, b in (("\\dfrac", "\\frac"), ("\\tfrac", "\\frac"), ("\\left", ""), ("\\right", ""), ("\\!", "")):
         s = s.replace(a, b)
-    s = s.replace("\\,", "").replace("\\ ", "").replace("~", "")
+    s = s.replace("\\,", "").replace("~", "")
+    s = re.sub(r"(?<!\\)\\ ", "", s)  # a LaTeX space, not the end of a matrix row ``\\ ``
+    s = s.replace("{,}", ",")  # 1{,}000
+    s = re.sub(r"\\(?:varnothing|emptyset)(?![a-zA-Z])|\\\{\s*\\\}", r"\\emptyset", s)
+    s = re.sub(r"\\mathbb\s*\{?R\}?\s*$", r"(-\\infty, \\infty)", s)  # x \in \mathbb{R}
+    s = re.sub(r"\s*\\(?:text|mbox)\{\s*(?:and|or)\s*\}\s*", ", ", s)  # 3 \text{ or } 5
+    s = re.sub(r"(?<=[\d}])\s+(?:and|or)\s+(?=[-\d\\])", ", ", s)
     s = re.sub(r"\s+", " ", s).strip().rstrip(".").strip()
     if _THOUSANDS.match(s.replace(" ", "")):
         s = s.replace(",", "").replace(" ", "")
@@ -131,7 +139,8 @@ def to_sympy(s: str) -> sympy.Expr:
             continue
         if len(name) > 2 and name not in ("alpha", "beta", "gamma_", "theta", "lamda", "sigma", "omega", "phi"):
             raise ValueError(f"word {name!r} makes this a text answer")
-        local[name] = sympy.E if name == "e" else sympy.Symbol(name)
+        # e and i are the constants: an answer with a variable named i compares the same way on both sides
+        local[name] = {"e": sympy.E, "i": sympy.I}.get(name) or sympy.Symbol(name)
     expr = parse_expr(text, local_dict=local, global_dict=_GLOBALS, transformations=_TRANSFORMS)
     if isinstance(expr, tuple):
         raise ValueError("a tuple, not a scalar")
@@ -157,7 +166,10 @@ def _numeric_equal(a: sympy.Expr, b: sympy.Expr, rel: float = 1e-6) -> bool:
     for _ in range(3 if symbols else 1):
         point = {s: sympy.Rational(rng.randint(11, 97), rng.randint(7, 13)) for s in symbols}
         va, vb = complex(sympy.N(a.subs(point), 30)), complex(sympy.N(b.subs(point), 30))
-        if abs(va - vb) > rel * max(1.0, abs(vb)):
+        if not all(map(math.isfinite, (va.real, va.imag, vb.real, vb.imag))):
+            if va != vb:  # inf vs 1 passed the tolerance test (inf > inf is False); NaN never equals
+                return False
+        elif abs(va - vb) > rel * max(1.0, abs(vb)):
             return False
     return True
 
@@ -184,10 +196,131 @@ def _equation(s: str) -> tuple[str, str] | None:
     return None
 
 
+#: unit words recognised after a number without ``\text{}``; no single letters (``5 m`` may be 5*m)
+_UNIT_WORDS = (
+    "units?|cm|mm|km|kg|mg|sec|seconds?|minutes?|hours?|hrs?|days?|weeks?|years?|"
+    "inches|inch|feet|foot|ft|yards?|miles?|meters?|metres?|liters?|litres?|ml|"
+    "dollars?|cents?|degrees?|percent|sq\\s*units|square\\s*units|cubic\\s*units"
+)
+_TEXT_UNIT = re.compile(
+    r"(?:\\[,;:! ]|\s)*\\(?:text|mbox|mathrm|textrm|rm)\s*\{([^{}]*)\}\s*(\^\s*\{?\s*[23]\s*\}?)?\s*$"
+)
+_PLAIN_UNIT = re.compile(rf"\s+({_UNIT_WORDS})(\^\s*\{{?\s*[23]\s*\}}?|²|³)?\s*$", re.IGNORECASE)
+_MATRIX = re.compile(r"^\\begin\{([pbBvV]?matrix|array)\}(?:\{[^{}]*\})?(.*)\\end\{\1\}$", re.DOTALL)
+_REL = r"(<=|>=|<|>|≤|≥|\\leq?(?![a-z])|\\geq?(?![a-z])|\\lt(?![a-z])|\\gt(?![a-z])|\\leqslant|\\geqslant)"
+_ONE_SIDED = re.compile(rf"^([A-Za-z])\s*{_REL}\s*(.+)$")
+_TWO_SIDED = re.compile(rf"^(.+?)\s*{_REL}\s*([A-Za-z])\s*{_REL}\s*(.+)$")
+_VAR_RIGHT = re.compile(rf"^(.+?)\s*{_REL}\s*([A-Za-z])$")
+_MEMBER = re.compile(r"^[A-Za-z]\s*(?:\\in(?![a-zA-Z])|∈)\s*")
+
+
+def _split_unit(s: str) -> tuple[str, str | None]:
+    """``5\\text{ cm}`` -> ("5", "cm"); a value with no unit -> (s, None)."""
+    for pattern in (_TEXT_UNIT, _PLAIN_UNIT):
+        m = pattern.search(s)
+        if m and m.start() > 0 and re.search(r"[\d})a-zA-Z]$", s[: m.start()].strip()):
+            unit = re.sub(r"\s+", " ", m.group(1)).strip().lower()
+            if unit and (pattern is _PLAIN_UNIT or re.fullmatch(r"[a-z ]+", unit)):
+                return s[: m.start()].strip(), unit + (m.group(2) or "").replace(" ", "")
+    return s, None
+
+
+def _unit_key(unit: str) -> str:
+    unit = unit.replace("²", "^2").replace("³", "^3").replace("{", "").replace("}", "")
+    return re.sub(r"(?<=[a-z]{3})s\b", "", unit)  # plural
+
+
+def _rel_kind(op: str) -> str:
+    op = op.lstrip("\\")
+    if op in ("<", "lt"):
+        return "<"
+    if op in (">", "gt"):
+        return ">"
+    return "<=" if op in ("<=", "≤", "le", "leq", "leqslant") else ">="
+
+
+def _inequality_interval(s: str) -> str | None:
+    """``x > 0`` -> ``(0, \\infty)``; ``1 \\le x < 2`` -> ``[1, 2)``: one variable only."""
+    m = _TWO_SIDED.match(s)
+    if m:
+        lo, op1, _var, op2, hi = m.groups()
+        k1, k2 = _rel_kind(op1), _rel_kind(op2)
+        if k1[0] == "<" and k2[0] == "<":
+            return f"{'[' if k1 == '<=' else '('}{lo}, {hi}{']' if k2 == '<=' else ')'}"
+        if k1[0] == ">" and k2[0] == ">":
+            return f"{'[' if k2 == '>=' else '('}{hi}, {lo}{']' if k1 == '>=' else ')'}"
+        return None
+    m = _ONE_SIDED.match(s)
+    flipped = None if m else _VAR_RIGHT.match(s)
+    if flipped and not re.search(_REL, flipped.group(1)):  # 0 < x is x > 0
+        bound, op, _var = flipped.groups()
+        kind = {"<": ">", ">": "<", "<=": ">=", ">=": "<="}[_rel_kind(op)]
+    elif m and not re.search(_REL, m.group(3)):
+        _var, op, bound = m.groups()
+        kind = _rel_kind(op)
+    else:
+        return None
+    if kind[0] == ">":
+        return f"{'[' if kind == '>=' else '('}{bound}, \\infty)"
+    return f"(-\\infty, {bound}{']' if kind == '<=' else ')'}"
+
+
+def _matrix(s: str) -> tuple[str, list[list[str]]] | None:
+    """``\\begin{pmatrix} a & b \\\\ c & d \\end{pmatrix}`` -> (kind, rows); vmatrix is a determinant."""
+    m = _MATRIX.match(s.strip())
+    if not m:
+        return None
+    kind = "det" if m.group(1).lower() == "vmatrix" else "matrix"
+    rows = [r for r in re.split(r"\\\\", m.group(2)) if r.strip()]
+    return kind, [[c.strip() for c in r.split("&")] for r in rows]
+
+
+def _plus_minus(s: str) -> list[str] | None:
+    """``1 \\pm \\sqrt2`` -> both values; None without exactly one \\pm/\\mp."""
+    found = re.findall(r"\\pm(?![a-z])|\\mp(?![a-z])|±", s)
+    if len(found) != 1:
+        return None
+    first, second = ("+", "-") if found[0] != "\\mp" else ("-", "+")
+    pattern = r"\\pm(?![a-z])|\\mp(?![a-z])|±"
+    return [re.sub(pattern, first, s, count=1), re.sub(pattern, second, s, count=1)]
+
+
+def _vector_items(s: str) -> list[str] | None:
+    """A one-row or one-column matrix, or an ordered tuple ``(a, b)``, as its items."""
+    mat = _matrix(s)
+    if mat is not None:
+        kind, rows = mat
+        if kind == "matrix" and len(rows) == 1:
+            return rows[0]
+        if kind == "matrix" and all(len(r) == 1 for r in rows):
+            return [r[0] for r in rows]
+        return None
+    br = _bracketed(s)
+    if br is not None and br[0] == "(" and br[1] == ")":
+        return br[2]
+    return None
+
+
 def _one_equal(pred: str, gold: str) -> bool:
     """Equivalence of two single answers (possibly structured); raises ValueError if gold is unparsable."""
+    pred, gold = _MEMBER.sub("", pred, count=1), _MEMBER.sub("", gold, count=1)
     if normalise(pred) == normalise(gold) or (_text_key(pred) and _text_key(pred) == _text_key(gold)):
         return True
+    g_mat, p_mat = _matrix(gold), _matrix(pred)
+    if g_mat is not None or p_mat is not None:
+        if g_mat is not None and p_mat is not None:
+            (gk, grows), (pk, prows) = g_mat, p_mat
+            if gk != pk or [len(r) for r in grows] != [len(r) for r in prows]:
+                return False
+            return all(
+                _one_equal(p, g) for pr, gr in zip(prows, grows, strict=True) for p, g in zip(pr, gr, strict=True)
+            )
+        g_vec, p_vec = _vector_items(gold), _vector_items(pred)
+        if g_vec is None or p_vec is None or len(g_vec) != len(p_vec):
+            return False
+        return all(_one_equal(p, g) for p, g in zip(p_vec, g_vec, strict=True))
+    gold = _inequality_interval(gold) or gold
+    pred = _inequality_interval(pred) or pred
     gold_struct, pred_struct = _bracketed(gold), _bracketed(pred)
     if gold_struct is not None:
         if pred_struct is None:
@@ -198,6 +331,8 @@ def _one_equal(pred: str, gold: str) -> bool:
         if go == "{":
             return _unordered_equal(pi, gi)
         return all(_one_equal(p, g) for p, g in zip(pi, gi, strict=True))
+    if pred_struct is not None:
+        return False
     g_eq, p_eq = _equation(gold), _equation(pred)
     if g_eq is not None:
         if p_eq is None:
@@ -211,6 +346,10 @@ def _one_equal(pred: str, gold: str) -> bool:
         return bool(ratio.is_number and ratio != 0)
     if p_eq is not None and re.fullmatch(r"[A-Za-z]", p_eq[0].strip()):
         pred = p_eq[1]
+    (pred, p_unit), (gold, g_unit) = _split_unit(pred), _split_unit(gold)
+    if p_unit and g_unit and _unit_key(p_unit) != _unit_key(g_unit):
+        return False
+    pred, gold = (_unit_value(pred, p_unit), _unit_value(gold, g_unit))
     gold_values = _alternatives(gold)
     try:
         pred_values = _alternatives(pred)
@@ -219,6 +358,18 @@ def _one_equal(pred: str, gold: str) -> bool:
     return any(scalar_equal(p, g) for p in pred_values[:1] for g in gold_values) or any(
         scalar_equal(p, gold_values[0]) for p in pred_values[1:]
     )
+
+
+def _unit_value(value: str, unit: str | None) -> str:
+    """A unit that changes the value's meaning (degrees, percent) is written back as a symbol."""
+    if unit is None:
+        return value
+    key = _unit_key(unit)
+    if key in ("degree", "deg"):
+        return value + "^\\circ"
+    if key == "percent":
+        return value + "\\%"
+    return value
 
 
 def _unordered_equal(preds: list[str], golds: list[str]) -> bool:
@@ -235,6 +386,25 @@ def _unordered_equal(preds: list[str], golds: list[str]) -> bool:
     return True
 
 
+def _answer_set(s: str) -> list[str] | None:
+    """Several answers in any order: ``3, 5``, ``\\{5, 3\\}``, ``1 \\pm \\sqrt 2``; None for one answer.
+
+    Brackets that make an interval or an ordered tuple (``(1, 2)``, ``[1, 2)``) are not a set.
+    """
+    s = _MEMBER.sub("", s, count=1)
+    if s.startswith("\\{") and s.endswith("\\}") and _balanced(s[2:-2]):
+        items = _split_top(s[2:-2])
+    elif _bracketed(s) is None and _matrix(s) is None:
+        items = _split_top(s)
+    else:
+        return None
+    expanded: list[str] = []
+    for item in items:
+        both = _plus_minus(item)
+        expanded.extend(both if both is not None else [item])
+    return expanded if len(expanded) > 1 or s.startswith("\\{") else None
+
+
 def check(pred: str, gold: str) -> tuple[str, str]:
     """(verdict, detail): ``equal``, ``different`` or ``unparsable_reference`` (the reference is broken)."""
     pred, gold = normalise(pred), normalise(gold)
@@ -245,10 +415,9 @@ def check(pred: str, gold: str) -> tuple[str, str]:
             if sep in gold:
                 gp, pp = [x for x in gold.split(sep)], [x for x in pred.split(sep)]
                 return (EQUAL if _unordered_equal(pp, gp) else DIFFERENT), "union"
-        gold_items = _split_top(gold)
-        if len(gold_items) > 1 and _bracketed(gold) is None:
-            pred_items = _split_top(pred)
-            return (EQUAL if _unordered_equal(pred_items, gold_items) else DIFFERENT), "answer list"
+        gold_items, pred_items = _answer_set(gold), _answer_set(pred)
+        if gold_items is not None or pred_items is not None:
+            return (EQUAL if _unordered_equal(pred_items or [pred], gold_items or [gold]) else DIFFERENT), "answer set"
         return (EQUAL if _one_equal(pred, gold) else DIFFERENT), ""
     except (ValueError, LatexError, SyntaxError, TypeError, RecursionError, AttributeError) as exc:
         if _text_key(pred) == _text_key(gold):

@@ -45,6 +45,7 @@ _FUNCS = {
     "tanh": "tanh",
     "ln": "log",
     "log": "log",
+    "lg": "log",
     "exp": "exp",
 }
 _SYMBOLS = {
@@ -74,6 +75,7 @@ _SYMBOLS = {
     "sigma": "sigma",
     "phi": "phi",
     "omega": "omega",
+    "imath": "i",
     "circ": "",
     "degree": "",
     "%": "",
@@ -81,6 +83,10 @@ _SYMBOLS = {
     "{": "(",
     "}": ")",
 }
+
+
+_TRIG = {"sin", "cos", "tan", "cot", "sec", "csc"}
+_DEGREE_SUFFIX = re.compile(r"\s*\^\s*(?:\{\s*\\circ\s*\}|\\circ)|\s*°")
 
 
 class LatexError(ValueError):
@@ -119,6 +125,18 @@ def _function_power(s: str, i: int) -> tuple[str | None, int]:
     return None, i
 
 
+_ARITY = {r"\frac": 2, r"\dfrac": 2, r"\tfrac": 2, r"\sqrt": 1, r"\binom": 2}
+
+
+def _function_base(s: str, i: int) -> tuple[str | None, int]:
+    """``\\log_2 x``: the base written as a subscript of ``\\log``."""
+    while i < len(s) and s[i] == " ":
+        i += 1
+    if i < len(s) and s[i] == "_":
+        return _group(s, i + 1)
+    return None, i
+
+
 def _function_argument(s: str, i: int) -> tuple[str, int]:
     """A function's argument: ``(...)``, ``{...}`` or one token (``\\sin x``, ``\\ln 2``)."""
     while i < len(s) and s[i] == " ":
@@ -134,7 +152,13 @@ def _function_argument(s: str, i: int) -> tuple[str, int]:
     m = re.match(r"\\[a-zA-Z]+|[A-Za-z]|\d+(?:\.\d+)?", s[i:])
     if s[i : i + 1] == "{" or not m:
         return _group(s, i)
-    return m.group(0), i + len(m.group(0))
+    start, i = i, i + len(m.group(0))
+    for _ in range(_ARITY.get(m.group(0), 0)):  # \cos \frac{\pi}{4}: the command with its arguments
+        _, i = _group(s, i)
+    degree = _DEGREE_SUFFIX.match(s, i)  # \sin 30^\circ: the degree sign belongs to the argument
+    if degree:
+        i = degree.end()
+    return s[start:i], i
 
 
 def latex_to_sympy_text(s: str, depth: int = 0) -> str:
@@ -174,10 +198,26 @@ def latex_to_sympy_text(s: str, depth: int = 0) -> str:
             elif name in _TEXT_CMDS:
                 arg, i = _group(s, i)
                 out.append(f" {latex_to_sympy_text(arg, depth + 1)} ")
+            elif name in ("binom", "dbinom", "tbinom"):
+                top, i = _group(s, i)
+                bottom, i = _group(s, i)
+                top, bottom = latex_to_sympy_text(top, depth + 1), latex_to_sympy_text(bottom, depth + 1)
+                out.append(f" binomial(({top}),({bottom})) ")
             elif name in _FUNCS:
+                base, i = _function_base(s, i) if name == "log" else (None, i)
                 expo, i = _function_power(s, i)
+                if base is None and name == "log":
+                    base, i = _function_base(s, i)
+                if name == "lg":
+                    base = "10"
                 arg, i = _function_argument(s, i)
-                call = f"{_FUNCS[name]}({latex_to_sympy_text(arg, depth + 1)})"
+                inner = latex_to_sympy_text(arg, depth + 1)
+                if name in _TRIG and re.search(r"\\circ|°|\\degree", arg):  # \sin 30^\circ
+                    inner = f"({inner.replace('°', '')})*pi/180"
+                if base is not None:  # \log_2 8 is log(8, 2), never 'log * _ * 2 * 8'
+                    call = f"log(({inner}),({latex_to_sympy_text(base, depth + 1)}))"
+                else:
+                    call = f"{_FUNCS[name]}({inner})"
                 out.append(f" ({call})**({latex_to_sympy_text(expo, depth + 1)})" if expo else f" {call}")
             elif name in _SYMBOLS:
                 out.append(f" {_SYMBOLS[name]} ")

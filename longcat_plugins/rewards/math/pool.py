@@ -2,68 +2,135 @@
 
 A signal alarm cannot interrupt sympy stuck in C code or a huge integer power, and does not
 work off the main thread (verl runs ``compute_score`` in an executor thread). So each check is
-sent over a pipe to a worker process; if no answer arrives in time the worker is SIGKILLed and
-replaced. Workers come from a ``forkserver`` with sympy preloaded: a replacement costs
-milliseconds, and forking never copies the reward worker's threads. Each worker caps its
-address space (a memory bomb raises MemoryError instead of swapping the host) and, when
-started as root, drops to an unprivileged uid (sympy's parser calls ``eval``).
+sent to a worker process; if no answer arrives in time the worker is SIGKILLed and the caller
+gets ``timeout`` at once: the replacement is forked by a background thread from a preloaded
+zygote (:mod:`.worker`), off the caller's critical path. The zygote is a plain subprocess with
+its own entry point, so callers need no ``if __name__ == "__main__"`` guard and their main
+script is never re-imported. The pool refuses to start, naming the reason, when a worker that
+has dropped privileges cannot verify the canary pairs.
 """
 
 from __future__ import annotations
 
 import atexit
+import json
 import logging
-import multiprocessing as mp
 import os
 import queue
-import resource
+import signal
+import socket
+import subprocess
 import threading
 import time
 from dataclasses import dataclass
 from multiprocessing.connection import Connection
-from typing import Any
+
+from longcat_plugins.rewards.math.worker import MAX_MESSAGE, zygote_argv
+from longcat_plugins.rewards.result import RewardSetupError
 
 logger = logging.getLogger(__name__)
 
-_PRELOAD = ["longcat_plugins.rewards.math.equivalence"]
+_VERDICTS = {"equal", "different", "unparsable_reference", "error"}
+START_TIMEOUT_S = 120.0
 
 
-def _worker_main(conn: Connection, memory_mb: int, drop_uid: int | None) -> None:
-    """Worker loop: receive (pred, gold), send back (verdict, detail) or ("error", message)."""
-    if memory_mb > 0:
-        limit = memory_mb * 1024 * 1024
-        resource.setrlimit(resource.RLIMIT_AS, (limit, limit))
-    resource.setrlimit(resource.RLIMIT_CORE, (0, 0))
-    if drop_uid is not None and os.getuid() == 0:
-        os.setgroups([])
-        os.setgid(drop_uid)
-        os.setuid(drop_uid)
-    from longcat_plugins.rewards.math.equivalence import check
-
-    conn.send(("ready", ""))
-    while True:
-        try:
-            pred, gold = conn.recv()
-        except (EOFError, KeyboardInterrupt):
-            return
-        try:
-            reply: tuple[str, str] = check(pred, gold)
-        except MemoryError:
-            reply = ("error", "MemoryError: the check exceeded the worker's memory limit")
-        except RecursionError:
-            reply = ("error", "RecursionError: expression nested too deeply")
-        except Exception as exc:  # noqa: BLE001 - every failure is reported as an invalid result
-            reply = ("error", f"{type(exc).__name__}: {str(exc)[:200]}")
-        try:
-            conn.send(reply)
-        except (BrokenPipeError, OSError):
-            return
+class PoolStartError(RewardSetupError):
+    """The check workers cannot work here (typically: unreadable files after the privilege drop)."""
 
 
 @dataclass
 class _Worker:
-    process: Any
+    pid: int
+    pidfd: int
     conn: Connection
+
+    def kill(self) -> None:
+        """SIGKILL through the pidfd (never a recycled pid), then release the handles.
+
+        Without a pidfd (kernel < 5.3) by pid: the zygote's workers are reaped at once, so a
+        recycled pid is possible but unlikely in the milliseconds between.
+        """
+        try:
+            if self.pidfd >= 0:
+                signal.pidfd_send_signal(self.pidfd, signal.SIGKILL)
+            elif self.pid > 0:
+                os.kill(self.pid, signal.SIGKILL)
+        except OSError:
+            pass  # already dead
+        finally:
+            if self.pidfd >= 0:
+                os.close(self.pidfd)
+                self.pidfd = -1
+            self.conn.close()
+
+
+class _Zygote:
+    """The root process that forks workers; one per pool."""
+
+    def __init__(self, memory_mb: int, drop_uid: int | None) -> None:
+        self._memory_mb, self._drop_uid = memory_mb, drop_uid
+        self._ctl, child = socket.socketpair()
+        self._lock = threading.Lock()
+        try:
+            self.proc = subprocess.Popen(
+                zygote_argv(child.fileno(), memory_mb, drop_uid),
+                pass_fds=(child.fileno(),),
+                stdin=subprocess.DEVNULL,
+            )
+        finally:
+            child.close()
+        self._ctl.settimeout(START_TIMEOUT_S)
+        try:
+            line = self._ctl.makefile("rb").readline(MAX_MESSAGE)
+        except OSError as exc:
+            self.close()
+            raise PoolStartError(f"math check zygote did not start within {START_TIMEOUT_S:g} s: {exc}") from None
+        if not line:
+            code = self.proc.wait()
+            raise PoolStartError(f"math check zygote exited with code {code} before it was ready (see stderr)")
+        status, detail = json.loads(line)
+        if status != "ready":
+            self.close()
+            raise PoolStartError(f"math check zygote failed its canary checks as uid {os.getuid()}: {detail}")
+
+    def fork(self, timeout: float = START_TIMEOUT_S, full: bool = True) -> _Worker:
+        """A new worker that has dropped privileges and passed its canaries (all, or one when not
+        ``full``); PoolStartError if not."""
+        with self._lock:
+            self._ctl.settimeout(timeout)
+            self._ctl.sendall(b"F" if full else b"Q")
+            msg, fds, _flags, _addr = socket.recv_fds(self._ctl, 64, 2)
+        if not fds:
+            raise PoolStartError(f"math check zygote (pid {self.proc.pid}) is gone (exit {self.proc.poll()})")
+        worker = _Worker(int(msg), fds[1] if len(fds) > 1 else -1, Connection(fds[0]))
+        try:
+            if not worker.conn.poll(timeout):
+                raise PoolStartError(f"math check worker was not ready within {timeout:g} s")
+            status, detail = json.loads(worker.conn.recv_bytes(MAX_MESSAGE))
+        except (EOFError, OSError, ValueError) as exc:
+            worker.kill()
+            raise PoolStartError(f"math check worker died while starting: {type(exc).__name__}") from None
+        except PoolStartError:
+            worker.kill()
+            raise
+        if status != "ready":
+            worker.kill()
+            raise PoolStartError(
+                f"math check worker failed its canary pairs after the privilege drop and memory cap "
+                f"({detail}). Common causes: the interpreter, virtualenv or this package lives in a "
+                f"directory uid {self._drop_uid} cannot read (e.g. under a 0700 /root; install it "
+                "world-readable, or set longcat.settings.reward.math.drop_uid=-1 to keep root), or "
+                f"memory_mb={self._memory_mb} is too small"
+            )
+        return worker
+
+    def close(self) -> None:
+        self._ctl.close()
+        try:
+            self.proc.wait(timeout=5)
+        except subprocess.TimeoutExpired:
+            self.proc.kill()
+            self.proc.wait()
 
 
 class CheckPool:
@@ -73,71 +140,90 @@ class CheckPool:
         if size < 1:
             raise ValueError(f"CheckPool size must be >= 1, got {size}")
         self.size, self.memory_mb, self.drop_uid = size, memory_mb, drop_uid
-        self._ctx = mp.get_context("forkserver")
-        self._ctx.set_forkserver_preload(_PRELOAD)
         self._idle: queue.Queue[_Worker] = queue.Queue()
-        self._lock = threading.Lock()
         self._closed = False
         self.replaced = 0
-        for _ in range(size):
-            self._idle.put(self._spawn())
+        self._last_error = ""
+        self._zygote = _Zygote(memory_mb, drop_uid)
+        try:
+            for _ in range(size):
+                self._idle.put(self._zygote.fork())
+        except BaseException:
+            self.close()
+            raise
+        self._to_replace: queue.Queue[None] = queue.Queue()
+        threading.Thread(target=self._replenish, name="longcat-math-replenish", daemon=True).start()
 
-    def _spawn(self) -> _Worker:
-        parent, child = self._ctx.Pipe()
-        proc = self._ctx.Process(target=_worker_main, args=(child, self.memory_mb, self.drop_uid), daemon=True)
-        proc.start()
-        child.close()
-        # wait for the worker to be ready so start-up time never counts against a check's limit
-        if not parent.poll(120) or parent.recv()[0] != "ready":
-            proc.kill()
-            raise RuntimeError("math check worker did not start within 120 s")
-        return _Worker(proc, parent)
+    def _replenish(self) -> None:
+        """Background thread: fork a replacement for every killed worker."""
+        while True:
+            self._to_replace.get()
+            while not self._closed:
+                try:
+                    fresh = self._zygote.proc.poll() is not None
+                    if fresh:  # killed (OOM?): start a new one, and verify it fully
+                        self._zygote = _Zygote(self.memory_mb, self.drop_uid)
+                    worker = self._zygote.fork(full=fresh)
+                except (PoolStartError, OSError, ValueError) as exc:
+                    self._last_error = str(exc)
+                    logger.error("math reward: replacing a check worker failed, retrying: %s", exc)
+                    time.sleep(1.0)
+                    continue
+                if self._closed:
+                    worker.kill()
+                    return
+                self.replaced += 1
+                self._idle.put(worker)
+                break
 
-    def _replace(self, worker: _Worker) -> None:
-        worker.process.kill()
-        worker.process.join(timeout=5)
-        worker.conn.close()
-        self.replaced += 1
-        self._idle.put(self._spawn())
+    def _discard(self, worker: _Worker) -> None:
+        worker.kill()
+        self._to_replace.put(None)
 
     def check(self, pred: str, gold: str, timeout: float) -> tuple[str, str]:
         """(verdict, detail); verdict ``timeout`` or ``error`` when no answer could be computed."""
         if self._closed:
             raise RuntimeError("CheckPool is closed")
-        worker = self._idle.get()
+        try:
+            worker = self._idle.get(timeout=START_TIMEOUT_S)
+        except queue.Empty:
+            return "error", f"no math check worker became available: {self._last_error or 'all busy'}"
         start = time.monotonic()
         try:
-            worker.conn.send((pred, gold))
+            worker.conn.send_bytes(json.dumps([pred, gold]).encode())
             if worker.conn.poll(timeout):
-                reply = worker.conn.recv()
+                verdict, detail = json.loads(worker.conn.recv_bytes(MAX_MESSAGE))
+                if verdict not in _VERDICTS or not isinstance(detail, str):
+                    raise ValueError(f"malformed reply {verdict!r}")
                 self._idle.put(worker)
-                return reply
-        except (EOFError, OSError) as exc:
-            self._replace(worker)
-            return "error", f"worker died: {type(exc).__name__} (exit code {worker.process.exitcode})"
-        self._replace(worker)
+                return verdict, detail
+        except (EOFError, OSError, ValueError, TypeError) as exc:
+            self._discard(worker)
+            return "error", f"worker died or misbehaved: {type(exc).__name__}: {str(exc)[:100]}"
+        self._discard(worker)
         return "timeout", f"check exceeded {timeout:g}s (killed after {time.monotonic() - start:.2f}s)"
 
     def close(self) -> None:
-        """Kill every worker."""
+        """Kill every worker and the zygote."""
         self._closed = True
         while True:
             try:
-                worker = self._idle.get_nowait()
+                self._idle.get_nowait().kill()
             except queue.Empty:
-                return
-            worker.process.kill()
-            worker.process.join(timeout=5)
-            worker.conn.close()
+                break
+        self._zygote.close()
 
 
-_pools: dict[tuple[int, int, int | None], CheckPool] = {}
+_pools: dict[tuple[int, int, int, int | None], CheckPool] = {}
 _pools_lock = threading.Lock()
 
 
 def shared_pool(size: int = 2, memory_mb: int = 2048, drop_uid: int | None = 65534) -> CheckPool:
-    """The process-wide pool for these settings, created on first use and closed at exit."""
-    key = (size, memory_mb, drop_uid)
+    """The process-wide pool for these settings, created on first use and closed at exit.
+
+    Keyed by pid too: a forked child must not share its parent's sockets to the zygote.
+    """
+    key = (os.getpid(), size, memory_mb, drop_uid)
     with _pools_lock:
         pool = _pools.get(key)
         if pool is None or pool._closed:
@@ -147,5 +233,6 @@ def shared_pool(size: int = 2, memory_mb: int = 2048, drop_uid: int | None = 655
 
 @atexit.register
 def _close_all() -> None:
-    for pool in list(_pools.values()):
-        pool.close()
+    for (pid, *_), pool in list(_pools.items()):
+        if pid == os.getpid():
+            pool.close()

@@ -9,7 +9,7 @@
 
 from longcat_plugins.rewards.sandbox.isolation import IsolationLevel, available_levels, choose_level
 from longcat_plugins.rewards.sandbox.limits import Limits
-from longcat_plugins.rewards.sandbox.runner import CaseResult, Sandbox, SandboxReport
+from longcat_plugins.rewards.sandbox.runner import CaseResult, Sandbox, SandboxReport, SandboxSetupError
 from longcat_plugins.rewards.sandbox.testcases import TestCase, parse_test_cases
 
 __all__ = [
@@ -18,6 +18,7 @@ __all__ = [
     "Limits",
     "Sandbox",
     "SandboxReport",
+    "SandboxSetupError",
     "TestCase",
     "available_levels",
     "choose_level",

@@ -76,6 +76,25 @@ def _enter_namespaces() -> None:
             raise OSError(ctypes.get_errno(), f"mounting a private tmpfs on {path} failed")
 
 
+def blocked_for_other_users(path: str) -> str | None:
+    """The first directory or file on ``path`` a uid with no group in common cannot traverse/execute.
+
+    The program and its toolchain run as a dropped uid: an interpreter under a 0700 ``/root``
+    (a pyenv or venv Python) fails every run there, which would read as the policy's fault.
+    """
+    for candidate in dict.fromkeys((os.path.abspath(path), os.path.realpath(path))):
+        parts = candidate.split(os.sep)
+        for depth in range(2, len(parts) + 1):
+            prefix = os.sep.join(parts[:depth]) or os.sep
+            try:
+                mode = os.stat(prefix).st_mode
+            except OSError:
+                return prefix
+            if not mode & 0o001:
+                return prefix
+    return None
+
+
 def _drop_privileges(uid: int) -> None:
     os.setgroups([])
     os.setgid(uid)

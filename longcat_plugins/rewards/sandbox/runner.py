@@ -25,7 +25,14 @@ import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from longcat_plugins.rewards.sandbox.isolation import IsolationLevel, choose_level, make_preexec, wrap_argv
+from longcat_plugins.rewards.result import RewardSetupError
+from longcat_plugins.rewards.sandbox.isolation import (
+    IsolationLevel,
+    blocked_for_other_users,
+    choose_level,
+    make_preexec,
+    wrap_argv,
+)
 from longcat_plugins.rewards.sandbox.languages import Language, get_language
 from longcat_plugins.rewards.sandbox.limits import COMPILE_LIMITS, Limits
 from longcat_plugins.rewards.sandbox.testcases import TestCase, TestSuite, stdout_matches, value_matches
@@ -103,6 +110,10 @@ class ProcResult:
         return "ok" if self.returncode == 0 else "runtime_error"
 
 
+class SandboxSetupError(RewardSetupError):
+    """The sandbox cannot run this language at all here; raised, never scored as wrong answers."""
+
+
 @dataclass
 class CaseResult:
     passed: bool
@@ -161,6 +172,7 @@ class Sandbox:
         self.uid_base = uid_base
         self.uid_count = uid_count
         self._slots: queue.Queue[int] = queue.Queue()
+        self._toolchains_ok: set[Language] = set()
         for slot in range(max_concurrent):
             self._slots.put(slot)
 
@@ -280,9 +292,31 @@ class Sandbox:
         logger.error("code sandbox: processes of uid %d survive repeated SIGKILL: %s", uid, live_pids_of_uid(uid))
 
     # -- submissions ---------------------------------------------------------------------------
+    def _check_toolchain(self, lang: Language) -> None:
+        """Refuse, loudly, a language whose compiler or interpreter the sandbox uid cannot execute."""
+        if not self.is_root or self.level is IsolationLevel.RLIMITS or lang in self._toolchains_ok:
+            return
+        for argv in (lang.compile or (), lang.run):
+            if not argv or "{" in argv[0]:
+                continue
+            exe = shutil.which(argv[0]) or argv[0]
+            blocked = blocked_for_other_users(exe)
+            if blocked is not None:
+                raise SandboxSetupError(
+                    f"code sandbox: {lang.name} runs {exe!r}, but {blocked!r} is not accessible to the "
+                    f"sandbox uids ({self.uid_base}-{self.uid_base + self.uid_count - 1}): every program "
+                    "would fail as if it were wrong. Install the toolchain world-readable (e.g. "
+                    "apt-get install python3 for /usr/bin/python3)"
+                )
+        self._toolchains_ok.add(lang)
+
     async def run(self, language: str | Language, source: str, suite: TestSuite) -> SandboxReport:
-        """Compile ``source`` once and run every case of ``suite``; infra failures land in ``infra_error``."""
+        """Compile ``source`` once and run every case of ``suite``; infra failures land in ``infra_error``.
+
+        Raises :class:`SandboxSetupError` when the language's toolchain is out of the sandbox uid's reach.
+        """
         lang = get_language(language) if isinstance(language, str) else language
+        self._check_toolchain(lang)
         report = SandboxReport(lang.name, self.level.value)
         start = time.monotonic()
         slot = await self._acquire()
