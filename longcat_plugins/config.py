@@ -327,11 +327,11 @@ def _agent_loop_file_names(cfg: Mapping[str, Any]) -> list[str]:
 
 
 def _unknown_name(kind: str, value: str, choices: list[str], host: Any) -> str:
-    why = ""
-    for comp, reason in host.all_components():
-        if comp.kind == kind and comp.name == value and reason:
-            why = f" ({comp.ref} from plugin {comp.plugin!r} is {reason})"
-    return f"unknown {kind} {value!r}{why}" + _close(value, choices)
+    why = host.why_unavailable(value, kind=kind)
+    if why:  # the name is right, the selection is what excludes it: no did-you-mean
+        listing = ", ".join(sorted(choices)) if choices else "<none>"
+        return f"unknown {kind} {value!r}{why}; choices: {listing}"
+    return f"unknown {kind} {value!r}" + _close(value, choices)
 
 
 def host_for_section(section: Mapping[str, Any] | None) -> Any:
@@ -361,6 +361,12 @@ def validate_config(
         host = host_for_section(section)
         if (section or {}).get("strict", True):
             problems += [ConfigProblem(f"{SECTION} (plugin {p.plugin})", p.message) for p in host.problems]
+            if check_verl_names:  # what the bridge would refuse, as doctor reports it
+                from longcat_plugins.verl_bridge import registration_problems
+
+                problems += [
+                    ConfigProblem(f"{SECTION} (plugin {c.plugin})", why) for c, why in registration_problems(host)
+                ]
     if check_verl_names:
         problems += validate_verl_selections(plain, host)
     if cpu_preflight:
