@@ -257,7 +257,19 @@ def test_fuse_dry_run_imports_neither_verl_nor_ray(tmp_path: Path) -> None:
     config = good_config(tmp_path, (base, experts, base_dir, expert_dirs))
     proc, heavy = _probe_imports("fuse", str(config), "--dry-run")
     assert proc.returncode == 0, proc.stderr
-    assert "verl" not in heavy and "ray" not in heavy, heavy
+    assert heavy == "", heavy  # a built-in method checks its values without tensors
+
+
+def test_fuse_dry_run_rejects_a_bad_parameter_value_without_importing_torch(tmp_path: Path) -> None:
+    from test_fusion_cli import good_config
+    from test_fusion_support import random_family, write_family
+
+    base, experts = random_family(n_experts=2, seed=3)
+    base_dir, expert_dirs = write_family(tmp_path / "in", base, experts, shards=2)
+    config = good_config(tmp_path, (base, experts, base_dir, expert_dirs), params={"drop_rate": 1.5})
+    proc, heavy = _probe_imports("fuse", str(config), "--dry-run")
+    assert proc.returncode == 2 and "params.drop_rate: must be in [0, 1), got 1.5" in proc.stderr, proc.stderr
+    assert heavy == "", heavy
 
 
 def test_verl_warnings_never_reach_doctor_output() -> None:
