@@ -21,6 +21,7 @@ import pluggy
 
 from longcat_plugins import hookspecs
 from longcat_plugins.components import COMPONENT_TYPES, Component, Family
+from longcat_plugins.schema import build_settings
 from longcat_plugins.selection import Selection, normalize_dist
 
 ENTRY_POINT_GROUP = "longcat_plugins"
@@ -238,8 +239,6 @@ class Host:
 
     def settings_for(self, family: Family | str, name: str) -> Any:
         """The component's settings: its config dataclass filled from ``longcat.settings``."""
-        from longcat_plugins.config import build_settings
-
         comp = self.get(family, name)
         raw = self.selection.settings.get(comp.family.value, {}).get(comp.name, {})
         return build_settings(comp, raw, where=f"longcat.settings.{comp.family.value}.{comp.name}")
