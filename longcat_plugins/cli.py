@@ -70,7 +70,7 @@ def list_cmd(config: str | None, as_json: bool) -> None:
         comps.add_column(col, overflow="fold")
     for comp, why in sorted(host.all_components(), key=lambda x: x[0].ref):
         enabled = "[green]yes" if why is None else f"[yellow]no[/] [dim]({esc(why)})"
-        comps.add_row(esc(comp.ref), comp.kind, esc(comp.plugin), enabled, esc(comp.summary))
+        comps.add_row(esc(comp.ref), esc(comp.kind), esc(comp.plugin), enabled, esc(comp.summary))
     if comps.row_count:
         console.print(comps)
     else:
@@ -161,7 +161,10 @@ def run_doctor(host: Host, verbose: bool = False) -> int:
             failures += 1
             err_console.print(f"[red]FAIL[/] {esc(comp.ref)} (plugin {esc(repr(comp.plugin))}): {esc(detail)}")
         table.add_row(
-            esc(comp.ref), esc(comp.plugin), comp.verl_entry, ("[green]OK[/] " if ok else "[red]FAIL[/] ") + esc(detail)
+            esc(comp.ref),
+            esc(comp.plugin),
+            esc(comp.verl_entry),
+            ("[green]OK[/] " if ok else "[red]FAIL[/] ") + esc(detail),
         )
     console.print(table if table.row_count else "[dim]no enabled components[/]")
     return failures + _check_runtime()

@@ -42,8 +42,10 @@ def test_validate_prints_markup_in_a_config_value_literally(tmp_path: Path, fake
 def test_a_clash_hint_keeps_the_bracketed_plugin_name(fake_site: Path) -> None:
     make_dist(fake_site, "one-dist", {"one_rl": loss_plugin("shared_loss")}, {"aa_other": "one_rl"})
     make_dist(fake_site, "two-dist", {"two_rl": loss_plugin("shared_loss")}, {"thirdparty_demo": "two_rl"})
-    proc = run_cli("list")
+    proc = run_cli("list", env={"COLUMNS": "2000"})  # wide enough that no table cell wraps
     assert "longcat.disable: [thirdparty_demo]" in proc.stderr, proc.stderr
+    # the components table's "enabled" cell carries the same hint
+    assert proc.stdout.count("longcat.disable: [thirdparty_demo]") == 2, proc.stdout
 
 
 # -- item 9: validate finds recipes by name like train -----------------------------------------
