@@ -13,6 +13,7 @@ import enum
 import inspect
 import re
 import typing
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any, ClassVar
 
@@ -55,6 +56,13 @@ _REF_RE = re.compile(r"^[A-Za-z_][\w.]*:[A-Za-z_][\w.]*$")
 _LAZY_FIELDS = frozenset({"target", "config", "summary"})
 #: ``FusionMethod(config=None)`` with a lazy target: the schema comes from its signature, later
 _FROM_SIGNATURE = "<from the target's signature>"
+
+
+#: called with a component just before one of its lazy fields is imported. The verl bridge
+#: adds one that imports the verl registry module the component goes to first: a target
+#: module subclasses that registry's classes, so importing the registry first means its import
+#: hook never meets the target's module half-initialised.
+BEFORE_RESOLVE: list[Callable[[Component], None]] = []
 
 
 class ComponentImportError(ImportError):
@@ -135,6 +143,9 @@ class Component:
         """Resolve a ``module:attr`` field on first access and keep the result."""
         raw = self.__dict__
         owner = f"{type(self).__name__} {raw['name']!r}"
+        if name != "summary" or isinstance(raw["target"], str):
+            for hook in BEFORE_RESOLVE:
+                hook(self)
         if name == "summary":
             if not isinstance(raw["target"], str):
                 return value

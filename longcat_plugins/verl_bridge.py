@@ -306,8 +306,27 @@ def _half_made_package(exclude: set[str] | frozenset[str] = frozenset()) -> bool
     return False
 
 
+def _import_registry_first(comp: Component) -> None:
+    """Before a component's lazy target is imported: import the verl registry module it goes
+    to, so that registry's import hook runs (and registers) before the target's module starts."""
+    import importlib
+    import sys
+
+    target = TARGETS.get(comp.kind)
+    if target is None or target.module in sys.modules:
+        return
+    try:
+        importlib.import_module(target.module)
+    except Exception:  # the target's own import then reports what is missing
+        logger.debug("longcat-plugins: importing %s before %s failed", target.module, comp.ref, exc_info=True)
+
+
 def _install() -> None:
     try:
+        from longcat_plugins import components
+
+        if _import_registry_first not in components.BEFORE_RESOLVE:
+            components.BEFORE_RESOLVE.append(_import_registry_first)
         for package in REGISTRY_PACKAGES:
             when_imported(package, bridge.retry_deferred)
         for module_name in sorted({t.module for t in TARGETS.values()}):
