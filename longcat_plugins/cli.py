@@ -4,25 +4,37 @@ from __future__ import annotations
 
 import json
 import sys
+import warnings
 from typing import Any
 
 import click
-from rich.console import Console
 from rich.table import Table
 
 from longcat_plugins import __version__
+from longcat_plugins.console import console, err_console, esc
 from longcat_plugins.host import Host, set_host
 from longcat_plugins.runtime.demos import RECIPES as DEMO_RECIPES
 from longcat_plugins.selection import Selection
-
-console = Console(highlight=False)
-err_console = Console(stderr=True, highlight=False, soft_wrap=True)
 
 
 @click.group(context_settings={"help_option_names": ["-h", "--help"]})
 @click.version_option(__version__, prog_name="longcat-plugins")
 def main() -> None:
     """longcat-plugins: the LongCat-Flash-Thinking RL system as verl plugins."""
+    # verl warns on import about engines this install does not have (torchtitan, megatron...);
+    # that is noise for every command here, which reports real problems itself
+    warnings.filterwarnings("ignore", module=r"verl(\.|$)")
+
+
+def _recipe(config: str) -> str:
+    """A recipe path or one of ours by name (``cpu_demo``), the same way ``train`` finds it."""
+    from longcat_plugins.runtime.launch import resolve_config
+
+    try:
+        return str(resolve_config(config))
+    except FileNotFoundError as exc:
+        err_console.print(f"[red]{esc(exc)}[/]")
+        sys.exit(2)
 
 
 def _host_from(config: str | None, overrides: tuple[str, ...]) -> Host:
@@ -31,7 +43,7 @@ def _host_from(config: str | None, overrides: tuple[str, ...]) -> Host:
         return Host(Selection.from_env()).load()
     from longcat_plugins.config import SECTION, compose, host_for_section, to_plain
 
-    cfg = to_plain(compose(config, overrides))
+    cfg = to_plain(compose(_recipe(config), overrides))
     return host_for_section(cfg.get(SECTION))
 
 
@@ -50,21 +62,21 @@ def list_cmd(config: str | None, as_json: bool) -> None:
     for info in host.plugins.values():
         status = {"active": "[green]active", "disabled": "[yellow]disabled", "broken": "[red]broken"}[info.status]
         if info.reason:
-            status += f"[/] [dim]({info.reason.splitlines()[0]})"
-        plugins.add_row(info.name, info.distribution, info.version, status, str(len(info.components)))
+            status += f"[/] [dim]({esc(info.reason.splitlines()[0])})"
+        plugins.add_row(esc(info.name), esc(info.distribution), esc(info.version), status, str(len(info.components)))
     console.print(plugins)
     comps = Table(title="components", title_justify="left")
     for col in ("component", "kind", "plugin", "enabled", "summary"):
         comps.add_column(col, overflow="fold")
     for comp, why in sorted(host.all_components(), key=lambda x: x[0].ref):
-        enabled = "[green]yes" if why is None else f"[yellow]no[/] [dim]({why})"
-        comps.add_row(comp.ref, comp.kind, comp.plugin, enabled, comp.summary)
+        enabled = "[green]yes" if why is None else f"[yellow]no[/] [dim]({esc(why)})"
+        comps.add_row(esc(comp.ref), esc(comp.kind), esc(comp.plugin), enabled, esc(comp.summary))
     if comps.row_count:
         console.print(comps)
     else:
         console.print("[dim]no components yet[/]")
     for problem in host.problems:
-        err_console.print(f"[red]problem:[/] {problem}")
+        err_console.print(f"[red]problem:[/] {esc(problem)}")
 
 
 def _describe(host: Host) -> dict[str, Any]:
@@ -123,7 +135,7 @@ def run_doctor(host: Host, verbose: bool = False) -> int:
         failures += 1
     for problem in host.problems:
         failures += 1
-        err_console.print(f"[red]FAIL[/] {problem}")
+        err_console.print(f"[red]FAIL[/] {esc(problem)}")
         if verbose and problem.detail and "NoneType: None" not in problem.detail:
             err_console.print(problem.detail, markup=False)
     set_host(host)
@@ -147,8 +159,13 @@ def run_doctor(host: Host, verbose: bool = False) -> int:
             ok, detail = _check_unregistered(comp)
         if not ok:
             failures += 1
-            err_console.print(f"[red]FAIL[/] {comp.ref} (plugin {comp.plugin!r}): {detail}")
-        table.add_row(comp.ref, comp.plugin, comp.verl_entry, ("[green]OK[/] " if ok else "[red]FAIL[/] ") + detail)
+            err_console.print(f"[red]FAIL[/] {esc(comp.ref)} (plugin {esc(repr(comp.plugin))}): {esc(detail)}")
+        table.add_row(
+            esc(comp.ref),
+            esc(comp.plugin),
+            esc(comp.verl_entry),
+            ("[green]OK[/] " if ok else "[red]FAIL[/] ") + esc(detail),
+        )
     console.print(table if table.row_count else "[dim]no enabled components[/]")
     return failures + _check_runtime()
 
@@ -204,17 +221,18 @@ def validate(config: str, overrides: tuple[str, ...], cpu: bool) -> None:
     every stock verl key that names a component. Exits 2 on problems."""
     from longcat_plugins.config import ConfigError, compose, validate_config
 
+    path = _recipe(config)
     try:
-        cfg = compose(config, overrides)
+        cfg = compose(path, overrides)
     except Exception as exc:  # noqa: BLE001 - hydra's errors already say what is wrong
-        err_console.print(f"[red]cannot compose {config}:[/] {exc}")
+        err_console.print(f"[red]cannot compose {esc(config)}:[/] {esc(exc)}")
         sys.exit(2)
     problems, host = validate_config(cfg, cpu_preflight=cpu)
     if problems:
-        err_console.print(f"[red]{ConfigError(problems, source=config)}[/]")
+        err_console.print(f"[red]{esc(ConfigError(problems, source=config))}[/]")
         sys.exit(2)
     enabled = ", ".join(c.ref for c in host.components()) or "none"
-    console.print(f"[green]{config}: OK[/] (enabled components: {enabled})")
+    console.print(f"[green]{esc(config)}: OK[/] (enabled components: {esc(enabled)})")
 
 
 @main.command()
@@ -230,7 +248,7 @@ def assets(size: str, seed: int, cache_dir: str | None) -> None:
     from longcat_plugins.runtime.assets import ensure_assets
 
     built = ensure_assets(Path(cache_dir) if cache_dir else None, size=size, seed=seed)
-    console.print(f"model:  {built.model}\ntrain:  {built.train}\nval:    {built.val}")
+    console.print(f"model:  {built.model}\ntrain:  {built.train}\nval:    {built.val}", markup=False)
 
 
 @main.command(context_settings={"ignore_unknown_options": True})
@@ -291,53 +309,74 @@ def _train(config: str, overrides: list[str], out: str | None, steps: int | None
 
     from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
 
-    from longcat_plugins.runtime.launch import STEP_LINE, resolve_config, run_training, summary_rows
+    from longcat_plugins.runtime.launch import (
+        STEP_LINE,
+        TOTAL_LINE,
+        planned_steps,
+        resolve_config,
+        run_training,
+        summary_rows,
+    )
 
     try:
         recipe = resolve_config(config)
     except FileNotFoundError as exc:
-        err_console.print(f"[red]{exc}[/]")
+        err_console.print(f"[red]{esc(exc)}[/]")
         sys.exit(2)
     run_dir = Path(out or Path("outputs") / f"{recipe.stem}-{time.strftime('%Y%m%d-%H%M%S')}").resolve()
     if steps is None:
-        steps = next(
-            (int(o.split("=", 1)[1]) for o in overrides if o.startswith("trainer.total_training_steps=")), None
-        )
+        steps = planned_steps(recipe, overrides)
     tail: list[str] = []
+    name = esc(recipe.stem)
     with Progress(
         TextColumn("{task.description}"),
         BarColumn(),
-        TextColumn("{task.completed}/{task.total} steps"),
+        TextColumn("{task.completed}{task.fields[of]} steps"),
         TimeElapsedColumn(),
         console=console,
     ) as progress:
-        task = progress.add_task(f"{recipe.stem}: starting Ray and workers", total=steps)
+        task = progress.add_task(f"{name}: starting Ray and workers", total=steps, of=f"/{steps}" if steps else "")
 
         def on_line(line: str) -> None:
             tail.append(line)
             del tail[:-40]
+            total = TOTAL_LINE.search(line)
+            if total:  # what the trainer itself computed (epochs x batches, or the config's cap)
+                progress.update(task, total=int(total.group(1)), of=f"/{total.group(1)}")
             match = STEP_LINE.search(line)
             if match:
-                progress.update(task, completed=int(match.group(1)), description=f"{recipe.stem}: training")
+                progress.update(task, completed=int(match.group(1)), description=f"{name}: training")
 
         result = run_training(recipe, overrides, run_dir, on_line=on_line)
     if result.returncode != 0:
         err_console.print("".join(tail), markup=False)
-        err_console.print(f"[red]training failed (exit {result.returncode}); full log: {result.log}[/]")
+        err_console.print(f"[red]training failed (exit {result.returncode}); full log: {esc(result.log)}[/]")
         sys.exit(result.returncode)
-    table = Table(title=f"{recipe.stem}: per-step metrics", title_justify="left")
+    table = Table(title=f"{name}: per-step metrics", title_justify="left")
     rows = summary_rows(result.steps)
     columns = ("step", "reward", "pg_loss", "grad_norm", "response_len", "step_s")
     for col in columns:
         table.add_column(col, justify="right")
     for row in rows:
-        table.add_row(*(f"{row[c]:.4g}" if isinstance(row[c], float) else str(row[c]) for c in columns))
+        table.add_row(*(_cell(row[c]) for c in columns))
     console.print(table)
-    console.print(f"run dir:     {result.run_dir}\nlog:         {result.log}\nmetrics:     {result.metrics}")
-    console.print(f"checkpoints: {result.checkpoints}")
+    console.print(
+        f"run dir:     {result.run_dir}
+log:         {result.log}
+metrics:     {result.metrics}
+"
+        f"checkpoints: {result.checkpoints}",
+        markup=False,
+    )
     for what, where in result.logger_dirs().items():  # only the loggers that wrote something
-        console.print(f"{what + ':':<12} {where}")
-    console.print(f"plot:        longcat-plugins plot {result.run_dir}")
+        console.print(f"{what + ':':<12} {where}", markup=False)
+    console.print(f"plot:        longcat-plugins plot {result.run_dir}", markup=False)
+
+
+def _cell(value: Any) -> str:
+    if value is None:
+        return "-"
+    return f"{value:.4g}" if isinstance(value, float) else str(value)
 
 
 from longcat_plugins.fusion.cli import fuse  # noqa: E402

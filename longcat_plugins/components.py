@@ -13,6 +13,7 @@ import enum
 import inspect
 import re
 import typing
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any, ClassVar
 
@@ -31,6 +32,7 @@ __all__ = [
     "SchedulePolicy",
     "FusionMethod",
     "COMPONENT_TYPES",
+    "ComponentImportError",
 ]
 
 _NAME_RE = re.compile(r"^[a-z][a-z0-9_.-]*$")
@@ -49,6 +51,43 @@ class Family(str, enum.Enum):
         return self.value
 
 
+#: ``package.module:attribute``, a target or config named without importing it
+_REF_RE = re.compile(r"^[A-Za-z_][\w.]*:[A-Za-z_][\w.]*$")
+#: fields a descriptor may give as a ``module:attr`` reference, resolved on first access
+_LAZY_FIELDS = frozenset({"target", "config", "summary"})
+#: ``FusionMethod(config=None)`` with a lazy target: the schema comes from its signature, later
+_FROM_SIGNATURE = "<from the target's signature>"
+
+
+#: called with a component just before one of its lazy fields is imported. The verl bridge
+#: adds one that imports the verl registry module the component goes to first: a target
+#: module subclasses that registry's classes, so importing the registry first means its import
+#: hook never meets the target's module half-initialised.
+BEFORE_RESOLVE: list[Callable[[Component], None]] = []
+
+
+class ComponentImportError(ImportError):
+    """A component's ``module:attr`` target or config could not be imported; names both."""
+
+
+def resolve_ref(ref: str, owner: str) -> Any:
+    """Import ``module:attr`` (``attr`` may be dotted) and return the attribute."""
+    import importlib
+    import sys
+
+    module_name, _, attr = ref.partition(":")
+    try:
+        obj: Any = importlib.import_module(module_name)
+        for part in attr.split("."):
+            obj = getattr(obj, part)
+    except Exception as exc:  # noqa: BLE001 - any import failure of plugin code is reported as one
+        module = sys.modules.get(module_name)
+        half_made = getattr(getattr(module, "__spec__", None), "_initializing", False)
+        why = " (its module is still being imported)" if half_made else ""
+        raise ComponentImportError(f"{owner}: cannot import {ref!r}{why}: {type(exc).__name__}: {exc}") from exc
+    return obj
+
+
 @dataclass(frozen=True)
 class Component:
     """Base of every descriptor.
@@ -56,9 +95,13 @@ class Component:
     Args:
         name: the name users select it by (in verl keys or the ``longcat:`` section). Lower
             case, ``[a-z0-9_.-]``, unique within its family.
-        target: the function or class that implements it.
-        config: a dataclass type whose fields are the component's settings, or ``None``.
-        summary: one line for ``longcat-plugins list``; defaults to the target's docstring.
+        target: the function or class that implements it, or its ``"package.module:attr"``
+            reference: then nothing is imported until something uses the target (the verl
+            bridge registering it, a fusion run), so ``longcat-plugins list`` stays fast.
+        config: a dataclass type whose fields are the component's settings (or its
+            ``"module:attr"`` reference), or ``None``.
+        summary: one line for ``longcat-plugins list``; defaults to the target's docstring
+            (give it explicitly with a reference target, or ``list`` imports the target).
         plugin, distribution: filled in by the host; leave them empty.
     """
 
@@ -69,7 +112,7 @@ class Component:
 
     name: str
     target: Any
-    config: type | None = None
+    config: type | str | None = None
     summary: str = ""
     plugin: str = ""
     distribution: str = ""
@@ -79,13 +122,65 @@ class Component:
             raise ValueError(
                 f"{type(self).__name__} name {self.name!r} is invalid: use lower case letters, digits, '_', '.', '-'"
             )
-        if self.config is not None and not dataclasses.is_dataclass(self.config):
-            raise TypeError(
-                f"{type(self).__name__} {self.name!r}: config must be a dataclass type, got {self.config!r}"
-            )
-        if not self.summary:
-            doc = inspect.getdoc(self.target) or ""
-            object.__setattr__(self, "summary", doc.strip().splitlines()[0] if doc.strip() else "")
+        raw = self.__dict__
+        for key in ("target", "config"):
+            value = raw[key]
+            if isinstance(value, str) and value != _FROM_SIGNATURE and not _REF_RE.match(value):
+                raise ValueError(
+                    f"{type(self).__name__} {self.name!r}: {key} {value!r} is not a 'package.module:attribute' reference"
+                )
+        if raw["config"] is not None and not isinstance(raw["config"], str):
+            self._check_config(raw["config"])
+        if not raw["summary"] and not self.is_lazy:
+            object.__setattr__(self, "summary", _first_line(self.target))
+
+    def __getattribute__(self, name: str) -> Any:
+        value = object.__getattribute__(self, name)
+        if name in _LAZY_FIELDS and (isinstance(value, str) and (value == "" or name != "summary")):
+            return object.__getattribute__(self, "_resolve_field")(name, value)
+        return value
+
+    def _resolve_field(self, name: str, value: str) -> Any:
+        """Resolve a ``module:attr`` field on first access and keep the result."""
+        raw = self.__dict__
+        owner = f"{type(self).__name__} {raw['name']!r}"
+        if name != "summary" or isinstance(raw["target"], str):
+            for hook in BEFORE_RESOLVE:
+                hook(self)
+        if name == "summary":
+            if not isinstance(raw["target"], str):
+                return value
+            resolved: Any = _first_line(self.target)
+        elif name == "config" and value == _FROM_SIGNATURE:
+            resolved = self._config_from_target(self.target)
+        elif name == "config":
+            resolved = resolve_ref(value, f"{owner} config")
+            self._check_config(resolved)
+        else:
+            resolved = resolve_ref(value, owner)
+        object.__setattr__(self, name, resolved)
+        return resolved
+
+    def _check_config(self, config: Any) -> None:
+        if not (isinstance(config, type) and dataclasses.is_dataclass(config)):
+            raise TypeError(f"{type(self).__name__} {self.name!r}: config must be a dataclass type, got {config!r}")
+
+    def _config_from_target(self, target: Any) -> type | None:
+        return None
+
+    @property
+    def is_lazy(self) -> bool:
+        """Is the target still an unimported ``module:attr`` reference?"""
+        return isinstance(self.__dict__["target"], str)
+
+    def tagged(self, plugin: str, distribution: str) -> Component:
+        """A copy owned by ``plugin`` (the host's tag), without importing a lazy target."""
+        import copy
+
+        out = copy.copy(self)
+        object.__setattr__(out, "plugin", plugin)
+        object.__setattr__(out, "distribution", distribution)
+        return out
 
     @property
     def ref(self) -> str:
@@ -94,8 +189,11 @@ class Component:
 
     @property
     def target_path(self) -> str:
-        """Import path of the target, e.g. ``pkg.module.func``."""
-        return f"{getattr(self.target, '__module__', '?')}.{getattr(self.target, '__qualname__', repr(self.target))}"
+        """Import path of the target, e.g. ``pkg.module.func`` (a lazy target is not imported)."""
+        raw = self.__dict__["target"]
+        if isinstance(raw, str):
+            return raw.replace(":", ".")
+        return f"{getattr(raw, '__module__', '?')}.{getattr(raw, '__qualname__', repr(raw))}"
 
     def default_settings(self) -> Any:
         """An instance of the config schema with its defaults, or ``None``."""
@@ -213,9 +311,20 @@ class FusionMethod(Component):
     verl_entry: ClassVar[str] = "none (longcat-plugins fuse)"
 
     def __post_init__(self) -> None:
-        if self.config is None and callable(self.target):
-            object.__setattr__(self, "config", schema_from_signature(self.target, f"{self.name}_config"))
+        raw = self.__dict__
+        if raw["config"] is None and isinstance(raw["target"], str):
+            object.__setattr__(self, "config", _FROM_SIGNATURE)  # derived once the target is imported
+        elif raw["config"] is None and callable(raw["target"]):
+            object.__setattr__(self, "config", self._config_from_target(raw["target"]))
         super().__post_init__()
+
+    def _config_from_target(self, target: Any) -> type | None:
+        return schema_from_signature(target, f"{self.name}_config") if callable(target) else None
+
+
+def _first_line(target: Any) -> str:
+    doc = (inspect.getdoc(target) or "").strip()
+    return doc.splitlines()[0] if doc else ""
 
 
 def schema_from_signature(fn: Any, schema_name: str) -> type | None:

@@ -9,16 +9,21 @@ also checks the stock verl keys that select a component by name (``loss_mode``,
 
 from __future__ import annotations
 
-import dataclasses
-import difflib
-import types
-import typing
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from longcat_plugins.components import Component, Family
+from longcat_plugins.components import Family
+from longcat_plugins.schema import (  # noqa: F401 - re-exported: the public home of these names
+    ConfigError,
+    ConfigProblem,
+    _close,
+    build_settings,
+    check_mapping,
+    check_value,
+)
+from longcat_plugins.schema import select as _select
 
 SECTION = "longcat"
 
@@ -37,121 +42,6 @@ class LongcatSection:
     strict: bool = True
     #: per-component settings: ``settings.<family>.<component>.<key>``, typed by the component's schema
     settings: dict[str, dict[str, dict[str, Any]]] = field(default_factory=dict)
-
-
-@dataclass(frozen=True)
-class ConfigProblem:
-    path: str
-    message: str
-
-    def __str__(self) -> str:
-        return f"{self.path}: {self.message}"
-
-
-class ConfigError(ValueError):
-    """All problems of one config, each with its key path."""
-
-    def __init__(self, problems: Sequence[ConfigProblem], source: str = "config") -> None:
-        self.problems = list(problems)
-        self.source = source
-        lines = "\n".join(f"  - {p}" for p in self.problems)
-        super().__init__(f"{len(self.problems)} problem(s) in {source}:\n{lines}")
-
-
-# -- typed checking of plain data against dataclass schemas ------------------------------------
-
-
-def _type_name(tp: Any) -> str:
-    if isinstance(tp, type):
-        return tp.__name__
-    return str(tp).replace("typing.", "")
-
-
-def _close(name: str, choices: Sequence[str]) -> str:
-    near = difflib.get_close_matches(name, list(choices), n=1)
-    hint = f" (did you mean {near[0]!r}?)" if near else ""
-    listing = ", ".join(sorted(choices)) if choices else "<none>"
-    return f"{hint}; choices: {listing}"
-
-
-def check_value(value: Any, tp: Any, path: str) -> list[ConfigProblem]:
-    """Problems of ``value`` against annotation ``tp`` (dataclasses, containers, unions, literals)."""
-    if tp is Any or tp is object:
-        return []
-    origin = typing.get_origin(tp)
-    args = typing.get_args(tp)
-    if origin in (typing.Union, types.UnionType):
-        if value is None and type(None) in args:
-            return []
-        for arm in args:
-            if arm is type(None):
-                continue
-            if not check_value(value, arm, path):
-                return []
-        return [ConfigProblem(path, f"expected {_type_name(tp)}, got {type(value).__name__} {value!r}")]
-    if origin is typing.Literal:
-        if value in args:
-            return []
-        return [ConfigProblem(path, f"expected one of {', '.join(map(repr, args))}, got {value!r}")]
-    if dataclasses.is_dataclass(tp) and isinstance(tp, type):
-        if not isinstance(value, Mapping):
-            return [ConfigProblem(path, f"expected a mapping ({tp.__name__}), got {type(value).__name__}")]
-        return check_mapping(value, tp, path)
-    if origin in (list, Sequence, tuple) or tp in (list, tuple):
-        if not isinstance(value, list | tuple):
-            return [ConfigProblem(path, f"expected a list, got {type(value).__name__} {value!r}")]
-        item_tp = args[0] if args else Any
-        return [p for i, item in enumerate(value) for p in check_value(item, item_tp, f"{path}[{i}]")]
-    if origin in (dict, Mapping) or tp is dict:
-        if not isinstance(value, Mapping):
-            return [ConfigProblem(path, f"expected a mapping, got {type(value).__name__} {value!r}")]
-        key_tp, val_tp = args if args else (Any, Any)
-        problems = []
-        for k, v in value.items():
-            problems += check_value(k, key_tp, f"{path}.{k}")
-            problems += check_value(v, val_tp, f"{path}.{k}")
-        return problems
-    if tp is float:
-        ok = isinstance(value, int | float) and not isinstance(value, bool)
-    elif tp is int:
-        ok = isinstance(value, int) and not isinstance(value, bool)
-    elif isinstance(tp, type):
-        ok = isinstance(value, tp)
-    else:
-        ok = True
-    return [] if ok else [ConfigProblem(path, f"expected {_type_name(tp)}, got {type(value).__name__} {value!r}")]
-
-
-def check_mapping(data: Mapping[str, Any], schema: type, path: str) -> list[ConfigProblem]:
-    """Unknown keys (with choices) and wrongly typed values of ``data`` against a dataclass."""
-    hints = typing.get_type_hints(schema)
-    fields = {f.name: f for f in dataclasses.fields(schema)}
-    problems = []
-    for key, value in data.items():
-        if key not in fields:
-            problems.append(ConfigProblem(f"{path}.{key}", "unknown key" + _close(str(key), list(fields))))
-            continue
-        problems += check_value(value, hints[key], f"{path}.{key}")
-    for name, f in fields.items():
-        required = f.default is dataclasses.MISSING and f.default_factory is dataclasses.MISSING
-        if required and name not in data:
-            problems.append(ConfigProblem(f"{path}.{name}", "required key is missing"))
-    return problems
-
-
-def build_settings(component: Component, raw: Mapping[str, Any], where: str) -> Any:
-    """The component's config dataclass filled from ``raw``; :class:`ConfigError` if it does not fit."""
-    if component.config is None:
-        if raw:
-            raise ConfigError([ConfigProblem(where, f"{component.ref} takes no settings")])
-        return None
-    problems = check_mapping(raw, component.config, where)
-    if problems:
-        raise ConfigError(problems)
-    try:
-        return component.config(**dict(raw))
-    except (TypeError, ValueError) as exc:  # __post_init__ validation of the schema itself
-        raise ConfigError([ConfigProblem(where, str(exc))]) from exc
 
 
 # -- the longcat: section -------------------------------------------------------------------------
@@ -239,15 +129,6 @@ def _pattern_known(pattern: str, plugins: list[str], dists: list[str], refs: lis
 # -- whole configs -----------------------------------------------------------------------------
 
 
-def _select(cfg: Mapping[str, Any], dotted: str) -> Any:
-    node: Any = cfg
-    for part in dotted.split("."):
-        if not isinstance(node, Mapping) or part not in node:
-            return None
-        node = node[part]
-    return node
-
-
 #: component kind -> (when the stock key applies, the key) for names chosen by path+name pairs
 _PATH_SELECTED = {
     "reward_function": ("reward.custom_reward_function", "pkg://longcat_plugins.reward_functions"),
@@ -329,11 +210,11 @@ def _agent_loop_file_names(cfg: Mapping[str, Any]) -> list[str]:
 
 
 def _unknown_name(kind: str, value: str, choices: list[str], host: Any) -> str:
-    why = ""
-    for comp, reason in host.all_components():
-        if comp.kind == kind and comp.name == value and reason:
-            why = f" ({comp.ref} from plugin {comp.plugin!r} is {reason})"
-    return f"unknown {kind} {value!r}{why}" + _close(value, choices)
+    why = host.why_unavailable(value, kind=kind)
+    if why:  # the name is right, the selection is what excludes it: no did-you-mean
+        listing = ", ".join(sorted(choices)) if choices else "<none>"
+        return f"unknown {kind} {value!r}{why}; choices: {listing}"
+    return f"unknown {kind} {value!r}" + _close(value, choices)
 
 
 def host_for_section(section: Mapping[str, Any] | None) -> Any:
@@ -363,6 +244,12 @@ def validate_config(
         host = host_for_section(section)
         if (section or {}).get("strict", True):
             problems += [ConfigProblem(f"{SECTION} (plugin {p.plugin})", p.message) for p in host.problems]
+            if check_verl_names:  # what the bridge would refuse, as doctor reports it
+                from longcat_plugins.verl_bridge import registration_problems
+
+                problems += [
+                    ConfigProblem(f"{SECTION} (plugin {c.plugin})", why) for c, why in registration_problems(host)
+                ]
     if check_verl_names:
         problems += validate_verl_selections(plain, host)
     if cpu_preflight:

@@ -21,6 +21,7 @@ import pluggy
 
 from longcat_plugins import hookspecs
 from longcat_plugins.components import COMPONENT_TYPES, Component, Family
+from longcat_plugins.schema import build_settings
 from longcat_plugins.selection import Selection, normalize_dist
 
 ENTRY_POINT_GROUP = "longcat_plugins"
@@ -140,7 +141,7 @@ class Host:
                     self.pm.unregister(plugin)
                 self._broken(info, f"hook {hook_name} failed: {type(exc).__name__}: {exc}")
                 return
-            info.components.extend(replace(c, plugin=name, distribution=dist) for c in components)
+            info.components.extend(c.tagged(name, dist) for c in components)
 
     def _impls_of(self, plugin_name: str) -> list[tuple[str, pluggy.HookImpl]]:
         impls = []
@@ -206,22 +207,45 @@ class Host:
         if comp is not None and (kind is None or comp.kind == kind):
             return comp
         choices = [c.name for c in self.components(fam, kind)]
-        reason = ""
-        for other, why in self.all_components():
-            if other.family is fam and other.name == name and why:
-                reason = f" ({other.ref} from plugin {other.plugin!r} is {why})"
         label = kind or f"{fam.value} component"
         raise UnknownComponentError(
-            f"unknown {label} {name!r}{reason}; available: {', '.join(choices) if choices else '<none>'}"
+            f"unknown {label} {name!r}{self.why_unavailable(name, kind=kind, family=fam)}; "
+            f"available: {', '.join(choices) if choices else '<none>'}"
         )
+
+    def why_unavailable(self, name: str, kind: str | None = None, family: Family | None = None) -> str:
+        """`` (why)`` when an installed component called ``name`` is not usable here: it is
+        disabled, clashes, or its plugin is disabled (then the plugin is imported, without
+        enabling it, to learn what it provides); ``""`` when nothing installed has that name."""
+
+        def matches(comp: Component) -> bool:
+            return (
+                comp.name == name and (kind is None or comp.kind == kind) and (family is None or comp.family is family)
+            )
+
+        for comp, why in self.all_components():
+            if matches(comp) and why:
+                verb = "is not used: " if why.startswith("clash") else "is "
+                return f" ({comp.ref} from plugin {comp.plugin!r} {verb}{why})"
+        disabled = {n: i for n, i in self.plugins.items() if i.status == "disabled"}
+        if disabled:
+            everything = Host(Selection()).load(_entry_points_named(set(disabled)))
+            for comp, _ in everything.all_components():
+                if matches(comp):
+                    return (
+                        f" ({comp.ref} is provided by plugin {comp.plugin!r}, which is {disabled[comp.plugin].reason})"
+                    )
+        return ""
 
     def settings_for(self, family: Family | str, name: str) -> Any:
         """The component's settings: its config dataclass filled from ``longcat.settings``."""
-        from longcat_plugins.config import build_settings
-
         comp = self.get(family, name)
         raw = self.selection.settings.get(comp.family.value, {}).get(comp.name, {})
         return build_settings(comp, raw, where=f"longcat.settings.{comp.family.value}.{comp.name}")
+
+
+def _entry_points_named(names: set[str]) -> list[importlib.metadata.EntryPoint]:
+    return [ep for ep in importlib.metadata.entry_points(group=ENTRY_POINT_GROUP) if ep.name in names]
 
 
 def _is_builtin(ep: importlib.metadata.EntryPoint) -> bool:

@@ -52,7 +52,7 @@ def _same(comp: Component) -> Any:
 
 
 def _hydra_target(comp: Component) -> Any:
-    return {"_target_": f"{comp.target.__module__}.{comp.target.__qualname__}"}
+    return {"_target_": comp.target_path}
 
 
 TARGETS: dict[str, VerlTarget] = {
@@ -129,6 +129,8 @@ class Bridge:
         self._deferred: set[str] = set()
         #: packages whose import hook is running (still flagged as initializing, but complete)
         self._finishing: set[str] = set()
+        #: per thread: >0 while registering, i.e. while importing some component's lazy target
+        self._local = threading.local()
 
     def on_module_imported(self, module: ModuleType) -> None:
         """Import-hook callback: register every enabled component whose registry is in ``module``."""
@@ -139,8 +141,10 @@ class Bridge:
                 # that half-made package. Its import hook calls retry_deferred once it is complete.
                 self._deferred.add(module.__name__)
                 return
-            if host_mod.is_building():
-                # a plugin being loaded imported this verl module; finish once the host is ready
+            if host_mod.is_building() or getattr(self._local, "depth", 0):
+                # a plugin being loaded, or a component's module being imported for registration,
+                # imported this verl module: finish once that import is complete, so no plugin
+                # module is asked for while half-initialised
                 self._pending.append(module)
                 return
             host = host_mod.get_host()
@@ -180,8 +184,16 @@ class Bridge:
             module = sys.modules.get(module_name)
             if module is not None:
                 self._sync_module(module, host)
+        self.flush_pending(host)
 
     def _sync_module(self, module: ModuleType, host: host_mod.Host) -> None:
+        self._local.depth = getattr(self._local, "depth", 0) + 1
+        try:
+            self._sync_module_locked(module, host)
+        finally:
+            self._local.depth -= 1
+
+    def _sync_module_locked(self, module: ModuleType, host: host_mod.Host) -> None:
         with self._lock:
             for target in TARGETS.values():
                 if target.module != module.__name__:
@@ -200,36 +212,62 @@ class Bridge:
                     _warn_once(str(problem), problem.detail)
 
     def _register(self, comp: Component, target: VerlTarget, registry: MutableMapping[str, Any]) -> Registration:
-        key = (target.kind, comp.name)
+        refusal = self.refusal(comp, target, registry)
+        if refusal is not None:
+            _warn_once(refusal)
+            return Registration(comp, target, False, refusal)
         value = target.entry(comp)
+        registry[comp.name] = value
+        self.registered[(target.kind, comp.name)] = value
+        return Registration(comp, target, True)
+
+    def refusal(self, comp: Component, target: VerlTarget, registry: MutableMapping[str, Any]) -> str | None:
+        """Why the bridge will not put ``comp`` into ``registry`` (``None``: it will): it shadows
+        a stock verl name, its target cannot be imported, or it is not what verl expects."""
+        try:  # a lazy ``module:attr`` target is imported here, in the process that needs it
+            value = target.entry(comp)
+            resolved = comp.target
+        except ImportError as exc:
+            return f"{target.kind} {comp.name!r} from plugin {comp.plugin!r}: {exc}"
         existing = registry.get(comp.name)
-        if existing is not None and existing is not self.registered.get(key) and existing != value:
-            msg = (
+        if existing is not None and existing is not self.registered.get((target.kind, comp.name)) and existing != value:
+            return (
                 f"{target.kind} {comp.name!r} from plugin {comp.plugin!r} ({comp.distribution}) clashes with "
                 f"verl's own {existing!r}; not registered. Rename the component."
             )
-            _warn_once(msg)
-            return Registration(comp, target, False, msg)
         if target.base is not None:
             import importlib
 
             base = getattr(importlib.import_module(target.base[0]), target.base[1])
-            if not (isinstance(comp.target, type) and issubclass(comp.target, base)):
-                msg = f"{target.kind} {comp.name!r} from plugin {comp.plugin!r}: {comp.target!r} is not a {base.__name__} subclass"
-                _warn_once(msg)
-                return Registration(comp, target, False, msg)
-        elif not callable(comp.target):
-            msg = f"{target.kind} {comp.name!r} from plugin {comp.plugin!r}: {comp.target!r} is not callable"
-            _warn_once(msg)
-            return Registration(comp, target, False, msg)
-        registry[comp.name] = value
-        self.registered[key] = value
-        return Registration(comp, target, True)
+            if not (isinstance(resolved, type) and issubclass(resolved, base)):
+                return f"{target.kind} {comp.name!r} from plugin {comp.plugin!r}: {resolved!r} is not a {base.__name__} subclass"
+        elif not callable(resolved):
+            return f"{target.kind} {comp.name!r} from plugin {comp.plugin!r}: {resolved!r} is not callable"
+        return None
 
     def stock_names(self, kind: str, module: ModuleType) -> list[str]:
         """Names in verl's registry of ``kind`` that did not come from us."""
         registry = TARGETS[kind].registry(module)
         return sorted(n for n, v in registry.items() if self.registered.get((kind, n)) is not v)
+
+
+def registration_problems(host: host_mod.Host, include_builtin: bool = False) -> list[tuple[Component, str]]:
+    """What the bridge would refuse to register of ``host``'s enabled components, and why;
+    imports only the verl registries those components go to. Built-ins are skipped unless
+    asked for (``doctor`` checks them; the test suite pins that they register)."""
+    import importlib
+
+    out = []
+    for comp in host.components():
+        target = TARGETS.get(comp.kind)
+        info = host.plugins.get(comp.plugin)
+        if target is None or (info is not None and info.builtin and not include_builtin):
+            continue
+        registry = target.registry(importlib.import_module(target.module))
+        why = bridge.refusal(comp, target, registry)
+        if why is not None:
+            out.append((comp, why))
+    return out
 
 
 _warned: set[str] = set()
@@ -268,8 +306,27 @@ def _half_made_package(exclude: set[str] | frozenset[str] = frozenset()) -> bool
     return False
 
 
+def _import_registry_first(comp: Component) -> None:
+    """Before a component's lazy target is imported: import the verl registry module it goes
+    to, so that registry's import hook runs (and registers) before the target's module starts."""
+    import importlib
+    import sys
+
+    target = TARGETS.get(comp.kind)
+    if target is None or target.module in sys.modules:
+        return
+    try:
+        importlib.import_module(target.module)
+    except Exception:  # the target's own import then reports what is missing
+        logger.debug("longcat-plugins: importing %s before %s failed", target.module, comp.ref, exc_info=True)
+
+
 def _install() -> None:
     try:
+        from longcat_plugins import components
+
+        if _import_registry_first not in components.BEFORE_RESOLVE:
+            components.BEFORE_RESOLVE.append(_import_registry_first)
         for package in REGISTRY_PACKAGES:
             when_imported(package, bridge.retry_deferred)
         for module_name in sorted({t.module for t in TARGETS.values()}):

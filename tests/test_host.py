@@ -252,3 +252,37 @@ def test_component_settings_come_from_the_host_and_bad_values_raise() -> None:
         assert _settings({}).timeout_s == 5.0  # disabled here: the caller's defaults
     finally:
         set_host(previous)
+
+
+def test_builtin_descriptors_are_lazy_and_match_their_targets() -> None:
+    """Built-ins name their targets as ``module:attr`` (``list`` imports nothing heavy); the
+    summary each declares is the first docstring line of the target it names, and the
+    target and config resolve to what the descriptor says."""
+    import dataclasses
+    import inspect
+
+    host = Host(Selection()).load()
+    comps = [c for c, _ in host.all_components() if c.distribution == "longcat-plugins"]
+    assert len(comps) >= 20 and all(c.is_lazy for c in comps)
+    for comp in comps:
+        path = comp.target_path  # before resolving: from the reference
+        target = comp.target
+        assert not comp.is_lazy
+        assert f"{target.__module__}.{target.__qualname__}" == path
+        assert comp.summary == inspect.getdoc(target).strip().splitlines()[0], comp.ref
+        assert comp.config is None or dataclasses.is_dataclass(comp.config), comp.ref
+
+
+def test_a_lazy_target_that_cannot_be_imported_names_the_component_and_reference() -> None:
+    import dataclasses
+
+    from longcat_plugins.components import ComponentImportError
+
+    comp = PolicyLoss("later", "no_such_module_xyz.sub:fn", summary="s")
+    assert comp.target_path == "no_such_module_xyz.sub.fn" and comp.summary == "s"
+    with pytest.raises(ComponentImportError, match=r"PolicyLoss 'later': cannot import 'no_such_module_xyz.sub:fn'"):
+        _ = comp.target
+    with pytest.raises(ValueError, match="not a 'package.module:attribute' reference"):
+        PolicyLoss("bad", "just a string")
+    fusion = FusionMethod("lazy_ties", "longcat_plugins.fusion.methods:ties")
+    assert {f.name for f in dataclasses.fields(fusion.config)} >= {"density", "majority"}

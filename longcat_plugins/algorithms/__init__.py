@@ -11,14 +11,27 @@ from longcat_plugins.components import Component
 
 
 def components() -> list[Component]:
-    """The algorithms components this package ships; the family's modules are imported here, lazily."""
-    from longcat_plugins.algorithms.advantages import compute_longcat_grpo_advantage
-    from longcat_plugins.algorithms.gspo import LongcatGSPOConfig, compute_longcat_gspo_loss
-    from longcat_plugins.algorithms.triplet_clip import TripletClipConfig, compute_triplet_clip_loss
+    """The algorithms components this package ships, named by ``module:attr`` so nothing is
+    imported until verl's registry (or a caller) uses one."""
     from longcat_plugins.components import AdvantageEstimator, PolicyLoss
 
+    mod = "longcat_plugins.algorithms"
     return [
-        PolicyLoss("triplet_clip", compute_triplet_clip_loss, config=TripletClipConfig),
-        PolicyLoss("longcat_gspo", compute_longcat_gspo_loss, config=LongcatGSPOConfig),
-        AdvantageEstimator("longcat_grpo", compute_longcat_grpo_advantage),
+        PolicyLoss(
+            "triplet_clip",
+            f"{mod}.triplet_clip:compute_triplet_clip_loss",
+            config=f"{mod}.triplet_clip:TripletClipConfig",
+            summary="Triplet-clip PPO loss with truncated IS and the constant G·T_max denominator (LongCat-Flash-Thinking).",
+        ),
+        PolicyLoss(
+            "longcat_gspo",
+            f"{mod}.gspo:compute_longcat_gspo_loss",
+            config=f"{mod}.gspo:LongcatGSPOConfig",
+            summary="GSPO with sequence-level aggregation and a capped engine-mismatch IS weight (LongCat-Flash-Thinking-2601).",
+        ),
+        AdvantageEstimator(
+            "longcat_grpo",
+            f"{mod}.advantages:compute_longcat_grpo_advantage",
+            summary="GRPO outcome advantages with invalid samples masked and oversampled groups kept apart (LongCat).",
+        ),
     ]

@@ -6,19 +6,21 @@ from longcat_plugins.components import Component
 
 
 def components() -> list[Component]:
-    """The environments components this package ships; the family's modules are imported here, lazily."""
-    try:  # the agent loop and tools subclass verl classes; without verl there is nothing to register
-        # import verl's agent-loop module first: importing it fires the bridge (which may build the
-        # process-wide host and so call this function again) before our modules are half-initialised
-        import verl.experimental.agent_loop.agent_loop  # noqa: F401
-        import verl.tools.base_tool  # noqa: F401
-    except ImportError:
-        return []
+    """The environments components this package ships, named by ``module:attr``: the agent
+    loop and tool subclass verl classes and are imported only when used."""
     from longcat_plugins.components import AgentLoop, Tool
-    from longcat_plugins.environments import _agent_loop as agent_loop
-    from longcat_plugins.environments import _tools_verl as tools_verl
 
+    mod = "longcat_plugins.environments"
     return [
-        AgentLoop(agent_loop.AGENT_NAME, agent_loop.LongcatToolAgentLoop, config=agent_loop.ToolAgentSettings),
-        Tool("longcat_env_tool", tools_verl.EnvironmentTool),
+        AgentLoop(
+            "longcat_tool_agent",
+            f"{mod}._agent_loop:LongcatToolAgentLoop",
+            config=f"{mod}._agent_loop:ToolAgentSettings",
+            summary="Multi-turn tool use against a longcat environment episode, rewarded by its rubric, with E4 context management.",
+        ),
+        Tool(
+            "longcat_env_tool",
+            f"{mod}._tools_verl:EnvironmentTool",
+            summary="One tool of a longcat environment, executed against the trajectory's episode.",
+        ),
     ]

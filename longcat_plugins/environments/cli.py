@@ -17,6 +17,8 @@ import click
 from rich.console import Console
 from rich.table import Table
 
+from longcat_plugins.console import esc
+
 console = Console(highlight=False)
 err_console = Console(stderr=True, highlight=False, soft_wrap=True)
 
@@ -125,7 +127,7 @@ def envgen(spec: str, count: int, out: str, seed: int, split: str, **knobs: Any)
         err_console.print("interrupted: the partial output was removed, nothing was written", style="red")
         sys.exit(130)
     s = report.to_dict()
-    table = Table(title=f"{report.domain} -> {report.out}", title_justify="left")
+    table = Table(title=f"{esc(report.domain)} -> {esc(report.out)}", title_justify="left")
     for col in ("environments", "tasks", "attempts", "rejected", "tools/env (min/mean/max)", "env/s"):
         table.add_column(col, justify="right")
     tpe = s["tools_per_env"]
@@ -139,5 +141,5 @@ def envgen(spec: str, count: int, out: str, seed: int, split: str, **knobs: Any)
     )
     console.print(table)
     if s["rejected"]:
-        console.print("rejections: " + ", ".join(f"{k} {v}" for k, v in sorted(s["rejected"].items())))
-    console.print(f"tasks parquet: {report.out / 'tasks.parquet'}")
+        console.print("rejections: " + ", ".join(f"{k} {v}" for k, v in sorted(s["rejected"].items())), markup=False)
+    console.print(f"tasks parquet: {report.out / 'tasks.parquet'}", markup=False)

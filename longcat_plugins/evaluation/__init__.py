@@ -16,6 +16,13 @@ from longcat_plugins.components import Component
 def components() -> list[Component]:
     """``reward:passk``, shipped by the ``longcat.rewards`` plugin (it scores what rewards produced)."""
     from longcat_plugins.components import ValidationMetric
-    from longcat_plugins.evaluation.verl_metrics import PassK, PassKSettings
 
-    return [ValidationMetric("passk", PassK, config=PassKSettings)]
+    mod = "longcat_plugins.evaluation.verl_metrics"
+    return [
+        ValidationMetric(
+            "passk",
+            f"{mod}:PassK",
+            config=f"{mod}:PassKSettings",
+            summary="Unbiased pass@k, pass^k and avg@k per data source in every validation pass.",
+        )
+    ]

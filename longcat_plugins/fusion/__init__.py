@@ -34,14 +34,25 @@ __all__ = ["components", *_LAZY]
 
 
 def components() -> list[Component]:
-    """The fusion components this package ships; the family's modules are imported here, lazily."""
+    """The fusion components this package ships, named by ``module:attr`` so ``list`` and a
+    ``fuse`` start import nothing heavy; each config schema comes from the method's signature."""
     from longcat_plugins.components import FusionMethod
-    from longcat_plugins.fusion import methods
 
+    mod = "longcat_plugins.fusion.methods"
     return [
-        FusionMethod("longcat", methods.longcat),
-        FusionMethod("task_arithmetic", methods.task_arithmetic),
-        FusionMethod("ties", methods.ties),
+        FusionMethod(
+            "longcat",
+            f"{mod}:longcat",
+            summary="LongCat-Flash-Thinking fusion: normalised task vectors, DARE drop with rescale, SCE-style sign erase.",
+        ),
+        FusionMethod(
+            "task_arithmetic", f"{mod}:task_arithmetic", summary="Task arithmetic: θ_base + scale · Σ_i w_i δ_i."
+        ),
+        FusionMethod(
+            "ties",
+            f"{mod}:ties",
+            summary="TIES-merging: trim each δ_i to its top-``density`` magnitudes, elect signs, disjoint (weighted) mean.",
+        ),
     ]
 
 

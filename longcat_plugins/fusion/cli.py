@@ -13,14 +13,12 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 import click
-from rich.console import Console
 from rich.table import Table
+
+from longcat_plugins.console import console, err_console, esc
 
 if TYPE_CHECKING:
     from longcat_plugins.fusion.engine import FusionReport
-
-console = Console(highlight=False)
-err_console = Console(stderr=True, highlight=False, soft_wrap=True)
 
 
 @click.command("fuse")
@@ -48,7 +46,7 @@ def fuse(
     try:
         cfg = load_config(config)
     except ConfigError as exc:
-        err_console.print(f"[red]{exc}[/]", markup=True)
+        err_console.print(str(exc), style="red", markup=False)
         sys.exit(2)
     progress = Progress(
         TextColumn("{task.description}"),
@@ -94,7 +92,7 @@ def fuse(
         sys.exit(130)
     if dry_run:
         console.print(
-            f"[green]{config}: OK[/] (method {report.method}, {len(report.experts)} experts); nothing written"
+            f"[green]{esc(config)}: OK[/] (method {esc(report.method)}, {len(report.experts)} experts); nothing written"
         )
         return
     print_report(report)
@@ -105,20 +103,20 @@ def fuse(
 def print_report(report: FusionReport) -> None:
     """The per-expert summary table and the totals."""
     keys = sorted({k for e in report.experts for k in e.fractions})
-    table = Table(title=f"fused with {report.method} -> {report.output}", title_justify="left")
+    table = Table(title=f"fused with {esc(report.method)} -> {esc(report.output)}", title_justify="left")
     for col in ("expert", "weight", "‖θ−θ_base‖"):
         table.add_column(col, justify="right" if col != "expert" else "left")
     for key in keys:
-        table.add_column(f"{key} %", justify="right")
+        table.add_column(f"{esc(key)} %", justify="right")
     for e in report.experts:
         table.add_row(
-            e.name, f"{e.weight:g}", f"{e.delta_norm:.4g}", *(f"{100 * e.fractions.get(k, 0.0):.2f}" for k in keys)
+            esc(e.name), f"{e.weight:g}", f"{e.delta_norm:.4g}", *(f"{100 * e.fractions.get(k, 0.0):.2f}" for k in keys)
         )
     console.print(table)
     settings = ", ".join(f"{k}={v}" for k, v in report.settings.items()) or "defaults"
     rate = report.bytes_read / report.seconds / 2**20 if report.seconds else 0.0
     console.print(
-        f"params: {settings}; seed {report.seed}\n"
+        f"params: {esc(settings)}; seed {report.seed}\n"
         f"{report.tensors_merged} tensors merged, {report.tensors_copied} copied; "
         f"read {report.bytes_read / 2**20:.1f} MiB, wrote {report.bytes_written / 2**20:.1f} MiB "
         f"in {report.seconds:.1f} s ({rate:.0f} MiB/s read"

@@ -23,7 +23,8 @@ A method decorated with :func:`reports_delta_norms` also returns ``stats["delta_
 (Σ (θ_i − θ_base)² of this tensor, per expert), sparing the engine the pass over the
 inputs it otherwise makes for the summary's task-vector norms.
 A method raises :class:`ParamError` for a bad parameter value: the engine calls it once on a
-one-element probe before anything is read or written, so bad settings fail first.
+one-element probe before anything is read or written, so bad settings fail first (or, for a
+method marked with :func:`checks_params`, calls its tensor-free check instead).
 """
 
 from __future__ import annotations
@@ -44,6 +45,7 @@ DELTA_SQ = "delta_sq"
 
 _GLOBAL_NORMS_ATTR = "__fusion_global_norms__"
 _DELTA_SQ_ATTR = "__fusion_reports_delta_sq__"
+_PARAMS_CHECK_ATTR = "__fusion_params_check__"
 
 
 class ParamError(ValueError):
@@ -104,6 +106,23 @@ def needs_global_norms(fn: Callable[..., Any], settings: Any) -> bool:
     """Whether ``fn`` asked for global norms with these settings."""
     predicate = getattr(fn, _GLOBAL_NORMS_ATTR, None)
     return bool(predicate(settings)) if predicate is not None else False
+
+
+def checks_params(check: Callable[..., None]) -> Callable[[Callable[..., Any]], Callable[..., Any]]:
+    """Mark a method whose parameter values ``check(**params)`` validates without tensors
+    (raising :class:`ParamError`). The engine then calls ``check`` instead of probing the
+    method on one-element tensors, so ``fuse --dry-run`` need not import torch."""
+
+    def mark(fn: Callable[..., Any]) -> Callable[..., Any]:
+        setattr(fn, _PARAMS_CHECK_ATTR, check)
+        return fn
+
+    return mark
+
+
+def params_check(fn: Callable[..., Any]) -> Callable[..., None] | None:
+    """The tensor-free parameter check a method declared with :func:`checks_params`, if any."""
+    return getattr(fn, _PARAMS_CHECK_ATTR, None)
 
 
 def reports_delta_norms(fn: Callable[..., Any]) -> Callable[..., Any]:

@@ -137,11 +137,19 @@ def _settings_kwargs(settings: Any) -> dict[str, Any]:
 
 
 def _probe(method: FusionMethod, settings: Any, weights: list[float]) -> None:
-    """Call the method once on one-element tensors so bad parameter values fail before any work."""
-    import torch
-
+    """Call the method once on one-element tensors so bad parameter values fail before any work
+    (or its declared tensor-free check: a dry run of a built-in method never imports torch)."""
     from longcat_plugins.config import ConfigError, ConfigProblem
-    from longcat_plugins.fusion.contract import ParamError
+    from longcat_plugins.fusion.contract import ParamError, params_check
+
+    check = params_check(method.target)
+    if check is not None:
+        try:
+            check(**_settings_kwargs(settings))
+        except ParamError as exc:
+            raise ConfigError([ConfigProblem(f"params.{exc.key}", str(exc).split(": ", 1)[-1])]) from None
+        return
+    import torch
 
     ctx = TensorContext("<probe>", 0, "<probe>", tuple(1.0 for _ in weights))
     base = torch.zeros(1)

@@ -20,6 +20,7 @@ from longcat_plugins.fusion.contract import (
     DELTA_SQ,
     ParamError,
     TensorContext,
+    checks_params,
     reports_delta_norms,
     uses_global_norms,
 )
@@ -103,6 +104,16 @@ def _normalisation_scales(
     return [target / n if n > 0 else 0.0 for n in norms]
 
 
+def _longcat_params(*, drop_rate: float, normalize: str, majority: str, **_: object) -> None:
+    """longcat's value rules (the schema checks the types)."""
+    if not 0.0 <= drop_rate < 1.0:
+        raise ParamError("drop_rate", f"must be in [0, 1), got {drop_rate}")
+    if normalize not in ("global", "tensor", "none"):
+        raise ParamError("normalize", f"must be 'global', 'tensor' or 'none', got {normalize!r}")
+    _check_majority(majority)
+
+
+@checks_params(_longcat_params)
 @reports_delta_norms
 @uses_global_norms(lambda settings: settings.normalize == "global")
 def longcat(
@@ -130,11 +141,7 @@ def longcat(
     """
     import torch
 
-    if not 0.0 <= drop_rate < 1.0:
-        raise ParamError("drop_rate", f"must be in [0, 1), got {drop_rate}")
-    if normalize not in ("global", "tensor", "none"):
-        raise ParamError("normalize", f"must be 'global', 'tensor' or 'none', got {normalize!r}")
-    _check_majority(majority)
+    _longcat_params(drop_rate=drop_rate, normalize=normalize, majority=majority)
     n = len(experts)
     delta_sq = []
     for e in experts:
@@ -160,6 +167,7 @@ def longcat(
     return merged, {"dropped": dropped, "erased": erased, DELTA_SQ: delta_sq}
 
 
+@checks_params(lambda **_: None)  # any float scale is meaningful
 @reports_delta_norms
 def task_arithmetic(
     base: "torch.Tensor",
@@ -212,6 +220,14 @@ def _trim(delta: "torch.Tensor", density: float, generator: "torch.Generator") -
     return numel - k
 
 
+def _ties_params(*, density: float, majority: str, **_: object) -> None:
+    """ties' value rules (the schema checks the types)."""
+    if not 0.0 <= density <= 1.0:
+        raise ParamError("density", f"must be in [0, 1], got {density}")
+    _check_majority(majority)
+
+
+@checks_params(_ties_params)
 @reports_delta_norms
 def ties(
     base: "torch.Tensor",
@@ -233,9 +249,7 @@ def ties(
     """
     import torch
 
-    if not 0.0 <= density <= 1.0:
-        raise ParamError("density", f"must be in [0, 1], got {density}")
-    _check_majority(majority)
+    _ties_params(density=density, majority=majority)
     trimmed, delta_sq = [], []
     for i, (w, e) in enumerate(zip(weights, experts, strict=True)):
         delta_sq.append(_sub_and_norm(e, base))

@@ -6,33 +6,80 @@ from longcat_plugins.components import Component
 
 
 def components() -> list[Component]:
-    """The rewards components this package ships; the family's modules are imported here, lazily."""
+    """The rewards components this package ships, named by ``module:attr`` so nothing (sympy,
+    verl's reward loop) is imported until a component is used."""
     from longcat_plugins.components import RewardFunction, RewardManager
     from longcat_plugins.evaluation import components as evaluation_components
-    from longcat_plugins.rewards import arithmetic, code, genrm, tool_format
-    from longcat_plugins.rewards import math as math_reward
 
+    mod = "longcat_plugins.rewards"
+    functions = [
+        (
+            "arithmetic",
+            "arithmetic",
+            None,
+            "1.0 for the exact answer; otherwise up to 0.5 for a number close to it and for digits.",
+        ),
+        (
+            "math",
+            "math",
+            "MathRewardConfig",
+            "verl reward function: 1.0 for an answer equivalent to ``ground_truth``; invalid when uncheckable.",
+        ),
+        (
+            "code",
+            "code",
+            "CodeRewardConfig",
+            "verl reward function: run the response's program against ``ground_truth``'s test cases.",
+        ),
+        (
+            "genrm",
+            "genrm",
+            "GenRMConfig",
+            "verl reward function (async): 1.0 when the judge says the response matches the reference.",
+        ),
+        (
+            "tool_format",
+            "tool_format",
+            "ToolFormatConfig",
+            "verl reward function: 1.0 when every tool call is well formed and matches its schema.",
+        ),
+    ]
+    # the managers subclass verl's RewardManagerBase (checked when the bridge registers them)
+    managers = [
+        (
+            "longcat_router",
+            "RouterRewardManager",
+            "RouterConfig",
+            "Dispatches each sample by ``data_source`` to a reward (multi-domain batches).",
+        ),
+        ("longcat_math", "MathRewardManager", None, "Every sample scored by the ``math`` reward (R1)."),
+        ("longcat_code", "CodeRewardManager", None, "Every sample scored by the ``code`` sandbox reward (R3)."),
+        (
+            "longcat_genrm",
+            "GenRMRewardManager",
+            None,
+            "Every sample scored by the ``genrm`` judge (R2), through verl's reward router when enabled.",
+        ),
+        (
+            "longcat_tool_format",
+            "ToolFormatRewardManager",
+            None,
+            "Every sample scored by the ``tool_format`` reward (R4).",
+        ),
+    ]
     out: list[Component] = [
-        RewardFunction("arithmetic", arithmetic.compute_score),
-        RewardFunction("math", math_reward.compute_score, config=math_reward.MathRewardConfig),
-        RewardFunction("code", code.compute_score, config=code.CodeRewardConfig),
-        RewardFunction("genrm", genrm.compute_score, config=genrm.GenRMConfig),
-        RewardFunction("tool_format", tool_format.compute_score, config=tool_format.ToolFormatConfig),
+        RewardFunction(
+            name,
+            f"{mod}.{module}:compute_score",
+            config=f"{mod}.{module}:{config}" if config else None,
+            summary=summary,
+        )
+        for name, module, config, summary in functions
         *evaluation_components(),
     ]
-    try:  # the managers subclass verl's RewardManagerBase; without verl only the functions exist
-        # import verl's reward-manager package first: importing it fires the bridge (which may
-        # build the process-wide host and so call this function again); that must not happen
-        # while the managers module is half-initialised
-        import verl.experimental.reward_loop.reward_manager  # noqa: F401
-
-        from longcat_plugins.rewards import managers
-    except ImportError:
-        return out
     return out + [
-        RewardManager("longcat_router", managers.RouterRewardManager, config=managers.RouterConfig),
-        RewardManager("longcat_math", managers.MathRewardManager),
-        RewardManager("longcat_code", managers.CodeRewardManager),
-        RewardManager("longcat_genrm", managers.GenRMRewardManager),
-        RewardManager("longcat_tool_format", managers.ToolFormatRewardManager),
+        RewardManager(
+            name, f"{mod}.managers:{cls}", config=f"{mod}.managers:{config}" if config else None, summary=summary
+        )
+        for name, cls, config, summary in managers
     ]

@@ -19,6 +19,8 @@ from pathlib import Path
 from typing import Any
 
 STEP_LINE = re.compile(r"\bstep:(\d+) - ")
+#: the legacy trainer prints the step count it computed (epochs x batches, or the cap)
+TOTAL_LINE = re.compile(r"\bTotal training steps: (\d+)")
 SUMMARY_KEYS = {
     "reward": "critic/score/mean",
     "pg_loss": "actor/pg_loss",
@@ -48,6 +50,28 @@ def resolve_config(name: str | Path) -> Path:
 
 def has_override(overrides: Sequence[str], key: str) -> bool:
     return any(o.lstrip("+~").split("=", 1)[0] == key for o in overrides)
+
+
+def planned_steps(config: Path, overrides: Sequence[str]) -> int | None:
+    """``trainer.total_training_steps`` from the overrides or the recipe's own YAML, for the
+    progress bar before the trainer starts (``None`` when neither sets it)."""
+    value: Any = None
+    for override in overrides:
+        key, _, raw = override.lstrip("+~").partition("=")
+        if key == "trainer.total_training_steps":
+            value = raw
+    if value is None:
+        try:
+            from omegaconf import OmegaConf
+
+            value = OmegaConf.select(OmegaConf.load(config), "trainer.total_training_steps", default=None)
+        except Exception:  # noqa: BLE001 - the trainer reports a broken recipe itself
+            return None
+    try:
+        steps = int(value)
+    except (TypeError, ValueError):
+        return None
+    return steps if steps > 0 else None
 
 
 @dataclass
@@ -118,7 +142,7 @@ def run_training(
     checkpoints = Path(
         next((o.split("=", 1)[1] for o in overrides if has_override([o], "trainer.default_local_dir")), "")
         or run_dir / "checkpoints"
-    )
+    ).resolve()
     # verl's tensorboard logger writes under $TENSORBOARD_DIR, wandb under $WANDB_DIR: keep both in the run dir
     logger_dirs = {"TENSORBOARD_DIR": str(run_dir / "tensorboard"), "WANDB_DIR": str(run_dir)}
     child_env = {
@@ -131,9 +155,9 @@ def run_training(
     command = build_command(config, overrides, run_dir)
     with open(log, "w") as sink:
         sink.write("$ " + " ".join(command) + "\n")
-        proc = subprocess.Popen(
-            command, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, env=child_env, cwd=run_dir
-        )
+        # the child runs where the user is, so relative paths (in overrides and in the recipe)
+        # mean what they mean in the user's shell; everything we place goes under run_dir
+        proc = subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, env=child_env)
         assert proc.stdout is not None
         for line in proc.stdout:
             sink.write(line)
@@ -144,4 +168,7 @@ def run_training(
 
 
 def summary_rows(steps: list[dict[str, Any]]) -> list[dict[str, Any]]:
-    return [{"step": s["step"], **{k: s.get(v) for k, v in SUMMARY_KEYS.items()}} for s in steps]
+    """One row per training step; records with none of the summary metrics (step 0, where
+    verl logs only the validation run before training) are left out."""
+    rows = [{"step": s["step"], **{k: s.get(v) for k, v in SUMMARY_KEYS.items()}} for s in steps]
+    return [r for r in rows if any(r[k] is not None for k in SUMMARY_KEYS)]

@@ -12,7 +12,8 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
-from longcat_plugins.config import ConfigProblem, _select
+from longcat_plugins.schema import ConfigProblem
+from longcat_plugins.schema import select as _select
 
 #: bytes per parameter the whole CPU run holds: fp32 weights, grads and two Adam moments in
 #: the actor, plus the reference model and the rollout server's copy

@@ -6,20 +6,27 @@ from longcat_plugins.components import Component
 
 
 def components() -> list[Component]:
-    """The schedulers components this package ships; the family's modules are imported here, lazily."""
+    """The schedulers components this package ships, named by ``module:attr``: the verl
+    integration (subclasses of verl's trainer, replay buffer and schedule policy) is imported
+    only when verl's registry or a recipe uses it."""
     from longcat_plugins.components import Sampler, SchedulePolicy, Trainer
 
-    try:  # the verl integration subclasses verl's trainer, replay buffer and schedule policy
-        # import verl's registries first: importing them fires the bridge (which may build the
-        # process-wide host and so call this function again) before our modules are half-initialised
-        import verl.experimental.fully_async_policy.dynamic_schedule.base  # noqa: F401
-        import verl.trainer.ppo.v1.trainer_base  # noqa: F401
-
-        from longcat_plugins.schedulers import elastic, sampler, settings, trainer
-    except ImportError:
-        return []
+    mod = "longcat_plugins.schedulers"
     return [
-        Trainer("dora", trainer.DoraTrainer, config=settings.DoraSettings),
-        Sampler("dora_versions", sampler.DoraReplayBuffer),
-        SchedulePolicy("dora_elastic", elastic.DoraSchedulePolicy),
+        Trainer(
+            "dora",
+            f"{mod}.trainer:DoraTrainer",
+            config=f"{mod}.settings:DoraSettings",
+            summary="Multi-version streaming trainer: one version per sample, version-bounded staleness.",
+        ),
+        Sampler(
+            "dora_versions",
+            f"{mod}.sampler:DoraReplayBuffer",
+            summary="``ReplayBufferAsync`` deciding with the DORA core: version bound, D1 filter, S4 mix.",
+        ),
+        SchedulePolicy(
+            "dora_elastic",
+            f"{mod}.elastic:DoraSchedulePolicy",
+            summary="verl fully-async ``dynamic_schedule`` policy driven by :class:`ElasticColocationPolicy`.",
+        ),
     ]
