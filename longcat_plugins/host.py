@@ -116,7 +116,7 @@ class Host:
             return
         try:
             plugin = loader()
-        except BaseException as exc:  # noqa: BLE001 - a plugin may raise anything, even SystemExit
+        except Exception as exc:  # noqa: BLE001 - a broken plugin; Ctrl-C and SystemExit still stop the run
             self._broken(info, f"failed to import {module}: {type(exc).__name__}: {exc}")
             return
         try:
@@ -135,7 +135,7 @@ class Host:
             try:
                 returned = hookimpl.function()
                 components = _check_components(returned, family, hook_name)
-            except BaseException as exc:  # noqa: BLE001
+            except Exception as exc:  # noqa: BLE001 - never KeyboardInterrupt/SystemExit: those stop the run
                 if self.pm.is_registered(plugin):
                     self.pm.unregister(plugin)
                 self._broken(info, f"hook {hook_name} failed: {type(exc).__name__}: {exc}")
