@@ -1,7 +1,8 @@
 """longcat-plugins: the LongCat-Flash-Thinking RL system as verl plugins.
 
-Public API: the ``hookimpl`` marker, the component descriptors, and the process-wide host.
-Importing this package never imports verl.
+Public API: the ``hookimpl`` marker, the component descriptors, the process-wide host, and
+``settings_for`` (how a component reads its ``longcat.settings``). Importing this package
+never imports verl.
 """
 
 from longcat_plugins.components import (
@@ -20,7 +21,7 @@ from longcat_plugins.components import (
     ValidationMetric,
 )
 from longcat_plugins.hookspecs import hookimpl
-from longcat_plugins.host import Host, get_host
+from longcat_plugins.host import Host, get_host, settings_for
 
 __version__ = "0.1.0"
 
@@ -28,6 +29,7 @@ __all__ = [
     "__version__",
     "hookimpl",
     "get_host",
+    "settings_for",
     "Host",
     "Family",
     "Component",

@@ -202,9 +202,40 @@ class Component:
 
 @dataclass(frozen=True)
 class PolicyLoss(Component):
-    """A verl policy loss: ``fn(old_log_prob, log_prob, advantages, response_mask, loss_agg_mode,
-    config, rollout_is_weights) -> (loss, metrics)``. Selected by
-    ``actor_rollout_ref.actor.policy_loss.loss_mode``."""
+    """A verl policy loss, selected by ``actor_rollout_ref.actor.policy_loss.loss_mode``.
+
+    What verl 0.9 passes (``verl.workers.utils.losses.ppo_loss``, keyword arguments):
+    ``old_log_prob``, ``log_prob``, ``advantages`` (float, batch × response length),
+    ``response_mask`` (**bool**), ``loss_agg_mode`` (``actor.loss_agg_mode``), ``config`` (the
+    whole ``ActorConfig``, not the ``policy_loss`` section) and ``rollout_is_weights`` (a tensor
+    when ``algorithm.rollout_correction`` computes IS weights, else ``None``).
+
+    - **Knobs** have one home: ``config.policy_loss``, an instance of your ``PolicyLossConfig``
+      subclass (``loss_mode`` plus your fields), chosen by ``policy_loss._target_`` (verl rejects
+      plain extra keys). Give the same class as ``config=`` here; ``longcat.settings`` is not read
+      for losses (validation refuses it).
+    - **Aggregation**: ``config.global_batch_info`` holds ``dp_size``, ``batch_num_tokens``,
+      ``global_batch_size``, ``loss_scale_factor``; pass it on as
+      ``agg_loss(loss_mat, response_mask, loss_agg_mode, **config.global_batch_info)``.
+    - **Returns** ``(loss, metrics)``: a scalar tensor and a ``dict[str, float]``. verl logs the
+      keys as given (averaged over micro-batches) and adds ``actor/pg_loss`` itself; stock losses
+      name theirs ``actor/...`` (``actor/pg_clipfrac``), so use that prefix to sit beside them.
+
+    Example::
+
+        @dataclass
+        class ClippedConfig(PolicyLossConfig):
+            loss_mode: str = "clipped_reinforce"
+            max_ratio: float = 2.0
+
+        def clipped_reinforce(old_log_prob, log_prob, advantages, response_mask,
+                              loss_agg_mode="token-mean", config=None, rollout_is_weights=None):
+            ratio = (log_prob - old_log_prob).exp().clamp(max=config.policy_loss.max_ratio)
+            loss = agg_loss(-advantages * ratio, response_mask, loss_agg_mode, **config.global_batch_info)
+            return loss, {"actor/ratio_mean": ratio[response_mask].mean().item()}
+
+        PolicyLoss("clipped_reinforce", clipped_reinforce, config=ClippedConfig)
+    """
 
     family: ClassVar[Family] = Family.ALGORITHM
     kind: ClassVar[str] = "policy_loss"
@@ -213,7 +244,12 @@ class PolicyLoss(Component):
 
 @dataclass(frozen=True)
 class AdvantageEstimator(Component):
-    """A verl advantage estimator, selected by ``algorithm.adv_estimator``."""
+    """A verl advantage estimator, selected by ``algorithm.adv_estimator`` (``gae`` and ``grpo``
+    are hard-wired in verl and cannot be replaced). verl calls it in the trainer process as
+    ``fn(token_level_rewards, response_mask, index=uids, config=AlgoConfig, ...)`` and expects
+    ``(advantages, returns)``, both batch × response length; accept ``**kwargs`` for the rest.
+    Its ``config`` dataclass is read with :func:`longcat_plugins.settings_for` from
+    ``longcat.settings.algorithm.<name>``."""
 
     family: ClassVar[Family] = Family.ALGORITHM
     kind: ClassVar[str] = "adv_estimator"
@@ -223,7 +259,32 @@ class AdvantageEstimator(Component):
 @dataclass(frozen=True)
 class RewardManager(Component):
     """A ``RewardManagerBase`` subclass for verl's reward loop, selected by
-    ``reward.reward_manager.name``."""
+    ``reward.reward_manager.name``; it runs in verl's reward-loop workers.
+
+    verl constructs it as ``cls(config=<the whole trainer DictConfig>, tokenizer=...,
+    compute_score=<reward.custom_reward_function or verl's default>, reward_router_address=...,
+    reward_model_tokenizer=...)`` (accept ``**kwargs``) and awaits ``run_single(data)`` once per
+    sample: ``data`` is a ``DataProto`` of that sample's sequences (several when an agent loop
+    returned several outputs; stock managers score the last), with ``batch["responses"]``,
+    ``batch["attention_mask"]`` and ``non_tensor_batch`` (``data_source``, ``reward_model``
+    with ``ground_truth``, ``extra_info``). It must return
+    ``{"reward_score": float, "reward_extra_info": dict}``; NaN is an incomplete signal (masked
+    by ``longcat_grpo``). Read settings with :func:`longcat_plugins.settings_for` in ``__init__``.
+
+    Example::
+
+        class LengthPenalty(RewardManagerBase):
+            def __init__(self, config, tokenizer, compute_score, **kwargs):
+                super().__init__(config, tokenizer, compute_score)
+                self.settings = settings_for("reward", "length_penalty")
+
+            async def run_single(self, data):
+                text = self.tokenizer.decode(data[-1].batch["responses"], skip_special_tokens=True)
+                words = len(text.split())
+                return {"reward_score": -words / self.settings.max_words, "reward_extra_info": {"words": words}}
+
+        RewardManager("length_penalty", LengthPenalty, config=LengthPenaltyConfig)
+    """
 
     family: ClassVar[Family] = Family.REWARD
     kind: ClassVar[str] = "reward_manager"
@@ -234,7 +295,20 @@ class RewardManager(Component):
 class RewardFunction(Component):
     """A ``compute_score(data_source, solution_str, ground_truth, extra_info, **kw)`` function,
     selected by ``reward.custom_reward_function = {path: pkg://longcat_plugins.reward_functions,
-    name: <name>}``."""
+    name: <name>}``. verl's reward manager calls it per sample with keyword arguments (plus
+    ``reward.custom_reward_function.reward_kwargs`` and, with a reward model, the router
+    address); it returns a float, or a dict with ``"score"`` and extra logged keys. May be
+    ``async``. Read settings with ``settings_for("reward", name, overrides=kw)``.
+
+    Example::
+
+        def exact(data_source, solution_str, ground_truth, extra_info=None, **kw):
+            s = settings_for("reward", "exact", overrides=kw)
+            answer = solution_str.strip().lower() if s.ignore_case else solution_str.strip()
+            return 1.0 if answer == ground_truth else 0.0
+
+        RewardFunction("exact", exact, config=ExactConfig)
+    """
 
     family: ClassVar[Family] = Family.REWARD
     kind: ClassVar[str] = "reward_function"
@@ -255,7 +329,33 @@ class ValidationMetric(Component):
 
 @dataclass(frozen=True)
 class AgentLoop(Component):
-    """An ``AgentLoopBase`` subclass, selected per sample by ``agent_name``."""
+    """An ``AgentLoopBase`` subclass, selected per sample by the dataset's ``agent_name`` column
+    (or ``actor_rollout_ref.rollout.agent.default_agent_loop``); it runs in agent-loop workers.
+
+    verl constructs it with ``trainer_config`` (``.config`` is the trainer config),
+    ``server_manager``, ``tokenizer``, ``processor``, ``dataset_cls``, ``data_config`` and
+    ``hf_model_type`` (pass ``*args, **kwargs`` to ``super().__init__``), then awaits
+    ``run(sampling_params, **row)`` per sample, where ``row`` holds the dataset fields
+    (``raw_prompt``, ``extra_info``, ...). Generate with ``await self.server_manager.generate(
+    request_id=..., prompt_ids=..., sampling_params=sampling_params)`` (a ``TokenOutput`` with
+    ``token_ids`` and ``log_probs``). Return an ``AgentLoopOutput`` (``prompt_ids``,
+    ``response_ids``, ``response_mask``: 1 for model tokens, 0 for tool/user tokens,
+    ``response_logprobs``, ``num_turns``, ``metrics=AgentLoopMetrics(...)``), or a list of them
+    for several training segments.
+
+    Example::
+
+        class EchoOnce(AgentLoopBase):
+            async def run(self, sampling_params, **row):
+                prompt_ids = await self.ct_build_initial_tokens(list(row["raw_prompt"]))
+                out = await self.server_manager.generate(
+                    request_id=uuid4().hex, prompt_ids=prompt_ids, sampling_params=sampling_params)
+                return AgentLoopOutput(prompt_ids=prompt_ids, response_ids=out.token_ids,
+                                       response_mask=[1] * len(out.token_ids), response_logprobs=out.log_probs,
+                                       num_turns=2, metrics=AgentLoopMetrics())
+
+        AgentLoop("echo_once", EchoOnce)
+    """
 
     family: ClassVar[Family] = Family.ENVIRONMENT
     kind: ClassVar[str] = "agent_loop"
@@ -273,7 +373,22 @@ class Tool(Component):
 
 @dataclass(frozen=True)
 class Trainer(Component):
-    """A v1 ``PPOTrainer`` subclass, selected by ``trainer.v1.trainer_mode``."""
+    """A v1 ``PPOTrainer`` subclass (``verl.trainer.ppo.v1.trainer_base``), selected by
+    ``trainer.v1.trainer_mode`` (verl's ``main_ppo`` with ``trainer.use_v1=true``). verl builds
+    it as ``cls(config)`` with the whole trainer ``DictConfig`` in the TaskRunner process and
+    calls ``fit(agent_loop_manager)``; subclass an existing mode (``separate_async``,
+    ``colocate_async``) and override what differs; ``self.config.trainer.v1.<mode>`` is the
+    mode's own section. Settings: ``settings_for("scheduler", name)``.
+
+    Example::
+
+        class LoggingTrainer(PPOTrainerColocateAsync):
+            def on_step_end(self):
+                super().on_step_end()
+                print("step done")
+
+        Trainer("logging", LoggingTrainer)
+    """
 
     family: ClassVar[Family] = Family.SCHEDULER
     kind: ClassVar[str] = "trainer"
@@ -283,7 +398,22 @@ class Trainer(Component):
 @dataclass(frozen=True)
 class Sampler(Component):
     """A v1 replay-buffer class, selected by ``trainer.v1.sampler.custom_sampler =
-    {path: pkg://longcat_plugins.samplers, name: <name>}``."""
+    {path: pkg://longcat_plugins.samplers, name: <name>}``. Subclass verl's ``ReplayBuffer``
+    (or ``ReplayBufferAsync``): verl constructs it with ``trainer_mode``, ``trainer_config``,
+    ``max_off_policy_threshold``, ``max_off_policy_strategy``, ``sampler_kwargs``
+    (``trainer.v1.sampler.sampler_kwargs``) and ``refill_fn``, and the trainer calls
+    ``sample(global_steps, partition_id, batch_size) -> (KVBatchMeta, metrics dict)`` for each
+    batch. Settings: ``settings_for("scheduler", name)`` or ``sampler_kwargs``.
+
+    Example::
+
+        class LoudReplayBuffer(ReplayBufferAsync):
+            def sample(self, global_steps, partition_id, batch_size):
+                batch, metrics = super().sample(global_steps, partition_id, batch_size)
+                return batch, {**metrics, "loud/batch_keys": len(batch.keys)}
+
+        Sampler("loud", LoudReplayBuffer)
+    """
 
     family: ClassVar[Family] = Family.SCHEDULER
     kind: ClassVar[str] = "sampler"
@@ -293,7 +423,10 @@ class Sampler(Component):
 @dataclass(frozen=True)
 class SchedulePolicy(Component):
     """A fully-async ``DynamicSchedulePolicyBase`` subclass, selected by
-    ``async_training.dynamic_schedule_policy``."""
+    ``async_training.dynamic_schedule_policy``. verl calls, per step,
+    ``should_deactivate(global_steps, is_hybrid_active, ctx)``, ``deactivate_wait_samples(ctx)``,
+    ``should_activate_after_step(global_steps, is_hybrid_active, ctx)`` and
+    ``update_after_step(global_steps, ctx)`` (``ctx`` a ``DynamicScheduleContext``)."""
 
     family: ClassVar[Family] = Family.SCHEDULER
     kind: ClassVar[str] = "schedule_policy"

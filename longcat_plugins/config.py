@@ -107,11 +107,22 @@ def validate_section(section: Any, host: Any = None, where: str = SECTION) -> li
             if name not in known:
                 problems.append(ConfigProblem(path, f"unknown {fam} component" + _close(name, list(known))))
                 continue
+            if known[name].kind == "policy_loss" and raw:
+                problems.append(ConfigProblem(path, _LOSS_KNOBS_HOME.format(name=name)))
+                continue
             try:
                 build_settings(known[name], raw or {}, path)
             except ConfigError as exc:
                 problems += exc.problems
     return problems
+
+
+#: policy-loss knobs have one home, verl's own actor config, because that is what verl hands the loss
+_LOSS_KNOBS_HOME = (
+    "policy-loss knobs are not read from longcat.settings: set them under "
+    "actor_rollout_ref.actor.policy_loss (with policy_loss._target_ naming the loss's PolicyLossConfig "
+    "subclass, and policy_loss.loss_mode: {name}); the loss reads them from config.policy_loss"
+)
 
 
 def _pattern_known(pattern: str, plugins: list[str], dists: list[str], refs: list[str]) -> bool:

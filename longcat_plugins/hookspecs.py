@@ -12,6 +12,11 @@ family. The host tags them with your plugin's name and distribution, checks name
 within the family, and the verl bridge registers the enabled ones into verl's own registries
 in every process (driver, Ray workers) that imports verl. Hooks take no arguments and must be
 cheap and side-effect free: they may run in every verl process.
+
+Below each hook, each component type says what verl passes it, what verl expects back, and
+where its settings live. A component reads its settings (its ``config`` dataclass filled from
+``longcat.settings.<family>.<name>``) with ``longcat_plugins.settings_for(family, name)``; a
+policy loss reads its knobs from ``config.policy_loss`` instead, the one place verl gives it.
 """
 
 from __future__ import annotations

@@ -13,7 +13,7 @@ from __future__ import annotations
 import importlib.metadata
 import threading
 import traceback
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from typing import Any, Literal
 
@@ -117,7 +117,7 @@ class Host:
             return
         try:
             plugin = loader()
-        except BaseException as exc:  # noqa: BLE001 - a plugin may raise anything, even SystemExit
+        except Exception as exc:  # noqa: BLE001 - a broken plugin; Ctrl-C and SystemExit still stop the run
             self._broken(info, f"failed to import {module}: {type(exc).__name__}: {exc}")
             return
         try:
@@ -136,7 +136,7 @@ class Host:
             try:
                 returned = hookimpl.function()
                 components = _check_components(returned, family, hook_name)
-            except BaseException as exc:  # noqa: BLE001
+            except Exception as exc:  # noqa: BLE001 - never KeyboardInterrupt/SystemExit: those stop the run
                 if self.pm.is_registered(plugin):
                     self.pm.unregister(plugin)
                 self._broken(info, f"hook {hook_name} failed: {type(exc).__name__}: {exc}")
@@ -330,17 +330,33 @@ def module_lookup(family: str, kind: str) -> tuple[Callable[[str], Any], Callabl
     return __getattr__, __dir__
 
 
-def settings_with_overrides(family: Family | str, name: str, config_cls: type, overrides: dict[str, Any]) -> Any:
-    """A component's settings from the process-wide host, then per-call ``overrides`` (verl's
-    ``reward_kwargs`` and the like) for the keys the config dataclass has.
+def settings_for(
+    family: Family | str, name: str, *, overrides: Mapping[str, Any] | None = None, fallback: type | None = None
+) -> Any:
+    """A component's settings, for the component itself to read at run time (in any verl process).
 
-    The defaults apply only where the host does not know the component (it was disabled, or the
-    caller runs outside any configured host); a ``longcat.settings`` value that fails validation
-    raises, never silently falls back.
+    Returns the component's ``config`` dataclass filled from ``longcat.settings.<family>.<name>``
+    (validated: a bad value raises :class:`~longcat_plugins.config.ConfigError` naming its key
+    path), then ``overrides`` applied for the keys the dataclass has (others are ignored, so
+    verl's per-call kwargs such as ``reward_kwargs`` can be passed whole). ``None`` if the
+    component has no ``config``. ``fallback``, a config dataclass, gives its defaults where the
+    process-wide host does not know the component (it is disabled, or the code runs outside any
+    configured host); without it that case raises :class:`UnknownComponentError`.
+
+    Exported as ``longcat_plugins.settings_for``.
     """
     try:
         base = get_host().settings_for(family, name)
     except UnknownComponentError:
-        base = config_cls()
-    known = {k: v for k, v in overrides.items() if k in config_cls.__dataclass_fields__}
+        if fallback is None:
+            raise
+        base = fallback()
+    if base is None or not overrides:
+        return base
+    known = {k: v for k, v in overrides.items() if k in base.__dataclass_fields__}
     return replace(base, **known) if known else base
+
+
+def settings_with_overrides(family: Family | str, name: str, config_cls: type, overrides: dict[str, Any]) -> Any:
+    """:func:`settings_for` with ``config_cls`` as the fallback (kept for the built-in rewards)."""
+    return settings_for(family, name, overrides=overrides, fallback=config_cls)

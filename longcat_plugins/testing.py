@@ -13,7 +13,7 @@ one and pushed into verl's registries, and undo everything afterwards, the way p
 from __future__ import annotations
 
 import sys
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Mapping
 from typing import Any
 
 import pytest
@@ -31,15 +31,25 @@ def make_host(
     selection: Selection | None = None,
     enable: tuple[str, ...] = (),
     disable: tuple[str, ...] = (),
+    settings: Mapping[str, Mapping[str, Mapping[str, Any]]] | None = None,
 ) -> Host:
     """A host with exactly ``plugins`` (modules or objects, or ``(name, plugin)`` pairs), plus
-    the built-ins and/or every installed entry point when asked."""
+    the built-ins and/or every installed entry point when asked.
+
+    ``settings`` is what a user writes under ``longcat.settings`` (``{family: {name: {...}}}``);
+    it is validated against the components' schemas here, so a wrong key fails the test at once
+    with its key path, and components read it with :func:`longcat_plugins.settings_for`.
+    """
     from longcat_plugins.selection import Rule
 
     if selection is None:
         selection = Selection(
-            tuple(Rule(p, "test enable") for p in enable), tuple(Rule(p, "test disable") for p in disable)
+            tuple(Rule(p, "test enable") for p in enable),
+            tuple(Rule(p, "test disable") for p in disable),
+            settings=dict(settings or {}),
         )
+    elif settings is not None:
+        raise TypeError("give either selection= or settings=, not both (a Selection carries its own settings)")
     host = Host(selection)
     if builtins or entry_points:
         import importlib.metadata
@@ -51,6 +61,12 @@ def make_host(
     for plugin in plugins:
         name, obj = plugin if isinstance(plugin, tuple) else (getattr(plugin, "__name__", repr(plugin)), plugin)
         host.add_plugin(obj, name=name, distribution="test")
+    if settings:
+        from longcat_plugins.config import ConfigError, validate_section
+
+        problems = validate_section({"settings": dict(settings)}, host)
+        if problems:
+            raise ConfigError(problems, "settings=")
     return host
 
 
@@ -79,15 +95,16 @@ class _VerlSandbox:
 
 @pytest.fixture
 def longcat_host_factory() -> HostFactory:
-    """``make(*plugins, builtins=False, entry_points=False, enable=(), disable=())`` -> a fresh
-    :class:`Host` that touches nothing global."""
+    """``make(*plugins, builtins=False, entry_points=False, enable=(), disable=(), settings=None)``
+    -> a fresh :class:`Host` that touches nothing global."""
     return make_host
 
 
 @pytest.fixture
 def longcat_host() -> Iterator[HostFactory]:
     """Like ``longcat_host_factory``, but with ``activate=True`` the host becomes the
-    process-wide one and its components are registered into verl; undone at teardown."""
+    process-wide one (so :func:`longcat_plugins.settings_for` reads its ``settings=``) and its
+    components are registered into verl; undone at teardown."""
     previous = set_host(None)
     set_host(previous)
     sandboxes: list[_VerlSandbox] = []

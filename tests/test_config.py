@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from longcat_plugins import PolicyLoss, hookimpl
+from longcat_plugins import AdvantageEstimator, PolicyLoss, hookimpl
 from longcat_plugins.config import (
     ConfigError,
     build_settings,
@@ -34,8 +34,8 @@ def _loss(*args: object) -> None:
 
 class KnobPlugin:
     @hookimpl
-    def register_algorithms(self) -> list[PolicyLoss]:
-        return [PolicyLoss("knobbed", _loss, config=KnobConfig)]
+    def register_algorithms(self) -> list[AdvantageEstimator | PolicyLoss]:
+        return [AdvantageEstimator("knobbed", _loss, config=KnobConfig), PolicyLoss("lossy", _loss, config=KnobConfig)]
 
 
 @pytest.fixture
@@ -85,6 +85,15 @@ def test_settings_are_typed_by_the_component_schema(host: Host) -> None:
     assert "choices: eps, levels, mode" in problems["longcat.settings.algorithm.knobbed.nope"]
     assert "choices: knobbed" in problems["longcat.settings.algorithm.missing"]
     assert "did you mean 'reward'" in problems["longcat.settings.rewrd"]
+
+
+def test_policy_loss_knobs_have_one_home(host: Host) -> None:
+    """A loss is handed verl's actor config, so its knobs live in actor.policy_loss; the same
+    knobs under longcat.settings would be silently unread, so they are refused with the right path."""
+    problems = paths(validate_section({"settings": {"algorithm": {"lossy": {"eps": 0.1}}}}, host))
+    msg = problems["longcat.settings.algorithm.lossy"]
+    assert "actor_rollout_ref.actor.policy_loss" in msg and "loss_mode: lossy" in msg
+    assert not validate_section({"settings": {"algorithm": {"lossy": {}}}}, host)
 
 
 def test_settings_for_builds_the_dataclass(host: Host) -> None:

@@ -14,7 +14,7 @@ import torch
 from test_fusion_support import leftovers, random_family, read_checkpoint, save_checkpoint, write_family
 
 from longcat_plugins import FusionMethod, hookimpl
-from longcat_plugins.fusion import CheckpointError, MismatchError, OutputError, fuse
+from longcat_plugins.fusion import CheckpointError, InputError, MismatchError, OutputError, fuse
 from longcat_plugins.fusion.contract import TensorContext
 from longcat_plugins.testing import HostFactory
 
@@ -166,6 +166,30 @@ def test_missing_shard_and_truncated_file_are_reported_together(family: tuple, t
     assert "experts[0]" in text and "shard model-00002-of-00003.safetensors listed in" in text and "is missing" in text
     assert "experts[2]" in text and "model-00003-of-00003.safetensors: truncated" in text and "10 bytes missing" in text
     assert not out.exists()
+
+
+def test_file_problems_mismatches_and_output_are_listed_in_one_run(tmp_path: Path) -> None:
+    """A broken shard in one expert must not hide shape mismatches (in its readable shards and in
+    the other experts) nor an existing output: one run lists them all."""
+    base, experts = random_family(n_experts=2, seed=3)
+    experts[0]["model.norm.weight"] = torch.zeros(17)  # shard 2 of 3, readable
+    experts[1]["model.layers.0.self_attn.q_proj.weight"] = torch.zeros(16, 8)
+    base_dir, expert_dirs = write_family(tmp_path / "in", base, experts, shards=3)
+    (expert_dirs[0] / "model-00003-of-00003.safetensors").unlink()
+    out = tmp_path / "out"
+    out.mkdir()
+    with pytest.raises(InputError) as info:
+        fuse(base_dir, expert_dirs, out)
+    err = info.value
+    assert isinstance(err, CheckpointError) and isinstance(err, MismatchError) and isinstance(err, OutputError)
+    text = str(err)
+    assert len(err.problems) == 4, err.problems
+    assert "experts[0]" in text and "model-00003-of-00003.safetensors listed in" in text
+    assert "model.norm.weight has shape [17], the base has [16]" in text
+    assert "experts[1]" in text and "q_proj.weight has shape [16, 8], the base has [16, 16]" in text
+    assert "already exists" in text and "nothing was written" in text
+    assert "is missing (the base has it)" not in text  # lm_head sits in the unreadable shard: not a mismatch
+    assert list(out.iterdir()) == []
 
 
 def test_unusable_checkpoint_directories(tmp_path: Path) -> None:

@@ -1,8 +1,8 @@
-"""The built-in algorithms family (see SPEC.md); exposed as plugin ``longcat.algorithms`` by :mod:`longcat_plugins.builtins`.
+"""The built-in algorithms family (the LongCat-Flash-Thinking objectives); exposed as plugin ``longcat.algorithms`` by :mod:`longcat_plugins.builtins`.
 
-* ``triplet_clip`` (policy loss, A2+A3): :mod:`.triplet_clip`
-* ``longcat_gspo`` (policy loss, A1+A3): :mod:`.gspo`, a preset over verl's ``gspo``
-* ``longcat_grpo`` (advantage estimator, A4+A5): :mod:`.advantages`, validity rules in :mod:`.validity`
+* ``triplet_clip`` (policy loss; first report, "Training Objective"): :mod:`.triplet_clip`
+* ``longcat_gspo`` (policy loss; 2601 report §3.3.1): :mod:`.gspo`, a preset over verl's ``gspo``
+* ``longcat_grpo`` (advantage estimator; masking and oversampled groups): :mod:`.advantages`, validity rules in :mod:`.validity`
 """
 
 from __future__ import annotations

@@ -1,14 +1,20 @@
-"""``longcat_gspo``: GSPO as the LongCat-Flash-Thinking-2601 report trains with it (A1).
+"""``longcat_gspo``: GSPO as the LongCat-Flash-Thinking-2601 report trains with it (2601 report §3.3.1).
 
-Eq. 1 of the report (§3.3.1), plus the engine-mismatch weight (A3) and masking (A4):
+Eq. 1 of the report (§3.3.1), plus the engine-mismatch weight (truncated importance sampling)
+and incomplete-signal masking of the first LongCat-Flash-Thinking report ("Training Objective",
+"Efficient Training Strategies"):
 
     J(θ) = E[ 1/G Σ_i min( s_i(θ)·Â_i, clip(s_i(θ), 1-ε_low, 1+ε_high)·Â_i ) ]
     s_i(θ) = exp( 1/|y_i| Σ_t log π_θ(y_it)/π_old(y_it) )
 
 This is stock verl ``gspo`` plus settings, so it is a thin named preset that calls
 :func:`verl.trainer.ppo.core_algos.compute_policy_loss_gspo` (GSPO-token form: s_it =
-sg[s_i]·π_θ(y_it)/sg[π_θ(y_it)], same value and, for a sequence-constant advantage, same
-gradient as Eq. 1). What the preset pins, and stock ``gspo`` leaves to other keys:
+sg[s_i]·π_θ(y_it)/sg[π_θ(y_it)]). While a sequence's mean log-ratio stays at or below 10 this
+has Eq. 1's value and, for a sequence-constant advantage, its gradient; above that verl clamps
+the per-token log-ratio at 10 "for numerical stability", so s_it = e^10 there and such a
+token gives no gradient, where Eq. 1 would give exp(mean log-ratio) and a gradient (such a
+sequence is far outside any clip range; with Â > 0 Eq. 1's clip also stops it, with Â < 0 it
+does not). What the preset pins, and stock ``gspo`` leaves to other keys:
 
 * **sequence-level aggregation**: always ``seq-mean-token-mean`` (1/G Σ_i of per-sequence
   means, Eq. 1). Stock ``gspo`` uses ``actor.loss_agg_mode``, whose default ``token-mean``
@@ -17,7 +23,7 @@ gradient as Eq. 1). What the preset pins, and stock ``gspo`` leaves to other key
 * **engine-mismatch correction**: verl's ``rollout_is_weights`` (``algorithm.rollout_correction``),
   capped at ``policy_loss.is_cap`` = C, multiplied per token (see :mod:`.importance`).
 * **masking**: samples without a valid signal reach the loss with zero advantage from
-  ``longcat_grpo`` (A4) and so contribute nothing; verl's rejection sampling
+  ``longcat_grpo`` and so contribute nothing; verl's rejection sampling
   (``rollout_rs``) masks through ``response_mask``.
 * metrics: ``longcat/gspo/{low,high}_clipfrac`` (fraction of sequences whose s_i is clipped at
   that bound, so they give no gradient) and ``longcat/is_truncated_frac``, next to stock's.

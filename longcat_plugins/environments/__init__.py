@@ -1,4 +1,4 @@
-"""The built-in environments family (see SPEC.md); exposed as plugin ``longcat.environments`` by :mod:`longcat_plugins.builtins`."""
+"""The built-in environments family (2601 report §3.1.1, §3.3.2-3.3.3); exposed as plugin ``longcat.environments`` by :mod:`longcat_plugins.builtins`."""
 
 from __future__ import annotations
 

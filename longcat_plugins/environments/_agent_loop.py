@@ -54,11 +54,11 @@ class ToolAgentSettings(ContextSettings):
     #: how the system prompt lists tools: "json" (full schemas) or "compact" (one line per tool:
     #: ``name(arg: type, opt?: type) - description``; a fraction of the tokens, for small contexts)
     tools_style: str = "json"
-    #: reward = (1 - w) * rubric score + w * share of well-formed tool calls (R4 ``tool_format``)
+    #: reward = (1 - w) * rubric score + w * share of well-formed tool calls (``tool_format``)
     format_weight: float = 0.0
     #: noise level passed to ``new_episode``; -1: the environment's / dataset's own
     noise_level: int = -1
-    #: E3 noise curriculum shared by the whole run (:class:`CurriculumSettings`; ``enabled: true``
+    #: noise curriculum (2601 report §3.3.3) shared by the whole run (:class:`CurriculumSettings`; ``enabled: true``
     #: turns it on). Exclusive with ``noise_level``.
     noise_curriculum: CurriculumSettings = field(default_factory=CurriculumSettings)
     #: one training output per context segment (v1 trainer); False: the final segment only
@@ -159,7 +159,7 @@ class EpisodeStats:
     model_turns: int = 0
     tool_calls: int = 0
     tool_errors: int = 0
-    #: of those, injected transient failures (E3 tool noise): retrying the same call may succeed
+    #: of those, injected transient failures (tool noise): retrying the same call may succeed
     transient_errors: int = 0
     calls_seen: int = 0
     calls_well_formed: int = 0
@@ -172,7 +172,7 @@ class EpisodeStats:
 
 
 class LongcatToolAgentLoop(AgentLoopBase):
-    """Multi-turn tool use against a longcat environment episode, rewarded by its rubric, with E4 context management."""
+    """Multi-turn tool use against a longcat environment episode, rewarded by its rubric, with context management (2601 report §3.3.2)."""
 
     def __init__(self, *args: Any, settings: ToolAgentSettings | None = None, **kwargs: Any) -> None:
         kwargs.pop("tools", None)  # verl's global tool list; this loop's tools come from the episode

@@ -1,4 +1,4 @@
-"""The built-in fusion family (see SPEC.md F1); exposed as plugin ``longcat.fusion`` by :mod:`longcat_plugins.builtins`.
+"""The built-in fusion family (domain-expert fusion, [LFT] "Model Fusion"); exposed as plugin ``longcat.fusion`` by :mod:`longcat_plugins.builtins`.
 
 Python API (imported lazily, so the host's discovery stays cheap)::
 
@@ -22,6 +22,7 @@ _LAZY = {
     "CheckpointError": "longcat_plugins.fusion.errors",
     "MismatchError": "longcat_plugins.fusion.errors",
     "OutputError": "longcat_plugins.fusion.errors",
+    "InputError": "longcat_plugins.fusion.errors",
     "TensorContext": "longcat_plugins.fusion.contract",
     "ParamError": "longcat_plugins.fusion.contract",
     "uses_global_norms": "longcat_plugins.fusion.contract",

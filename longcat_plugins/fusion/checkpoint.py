@@ -192,7 +192,7 @@ class Checkpoint:
                 if weight_map.get(tensor) != info.file:
                     problems.append(f"{where}: {info.file} holds {tensor}, which {INDEX_FILE} does not map to it")
         if problems:
-            raise CheckpointError(problems)
+            raise CheckpointError(problems, partial=cls(label, root, index, shards, tensors))
         return cls(label, root, index, shards, tensors)
 
     @property

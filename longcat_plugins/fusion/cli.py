@@ -1,14 +1,18 @@
 """``longcat-plugins fuse CONFIG.yaml``: progress over tensors and bytes, then a summary table.
 
 Exit codes: 0 done, 2 bad input (config, checkpoints, mismatches, existing output: nothing
-written), 130 interrupted (nothing written). Heavy imports wait until the command runs, so
+written), 130 interrupted by Ctrl-C, 143 terminated by SIGTERM (either way the partial output
+is removed and nothing is written). Heavy imports wait until the command runs, so
 ``longcat-plugins --help`` stays fast.
 """
 
 from __future__ import annotations
 
 import json
+import signal
 import sys
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -19,6 +23,23 @@ from longcat_plugins.console import console, err_console, esc
 
 if TYPE_CHECKING:
     from longcat_plugins.fusion.engine import FusionReport
+
+
+class Terminated(BaseException):
+    """SIGTERM, raised where the main thread is, so the engine's clean-up runs as for Ctrl-C
+    (a ``BaseException``, so no ``except Exception`` in a plugin can swallow it)."""
+
+
+@contextmanager
+def _sigterm_raises() -> Iterator[None]:
+    def handler(signum: int, frame: object) -> None:
+        raise Terminated
+
+    previous = signal.signal(signal.SIGTERM, handler)
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGTERM, previous)
 
 
 @click.command("fuse")
@@ -43,11 +64,6 @@ def fuse(
     from longcat_plugins.fusion.errors import FusionError
     from longcat_plugins.fusion.spec import load_config, run_config
 
-    try:
-        cfg = load_config(config)
-    except ConfigError as exc:
-        err_console.print(str(exc), style="red", markup=False)
-        sys.exit(2)
     progress = Progress(
         TextColumn("{task.description}"),
         BarColumn(),
@@ -74,22 +90,27 @@ def fuse(
         )
 
     try:
-        with progress:
-            report = run_config(
-                cfg,
-                source=config,
-                output=output,
-                overwrite=overwrite,
-                progress=on_progress,
-                dry_run=dry_run,
-                prefetch=prefetch,
-            )
+        with _sigterm_raises():
+            cfg = load_config(config)
+            with progress:
+                report = run_config(
+                    cfg,
+                    source=config,
+                    output=output,
+                    overwrite=overwrite,
+                    progress=on_progress,
+                    dry_run=dry_run,
+                    prefetch=prefetch,
+                )
     except (ConfigError, FusionError) as exc:
         err_console.print(str(exc), style="red", markup=False)
         sys.exit(2)
     except KeyboardInterrupt:
         err_console.print("interrupted: the partial output was removed, nothing was written", style="red")
-        sys.exit(130)
+        sys.exit(128 + signal.SIGINT)
+    except Terminated:
+        err_console.print("terminated: the partial output was removed, nothing was written", style="red")
+        sys.exit(128 + signal.SIGTERM)
     if dry_run:
         console.print(
             f"[green]{esc(config)}: OK[/] (method {esc(report.method)}, {len(report.experts)} experts); nothing written"

@@ -8,7 +8,10 @@ Order of work, so that bad input loses nothing:
 4. check the output path, and probe the method once on a one-element tensor so bad
    parameter values fail here;
 5. only then write, into a temporary directory beside the target that is renamed into
-   place when complete and removed on any error or interrupt.
+   place when complete and removed on any error or interrupt (the CLI turns SIGTERM into one);
+   a temporary directory that a killed run left behind is removed by the next run.
+
+Steps 2-4 collect every problem (file, tensor and output) and raise once, listing them all.
 
 Each floating-point tensor is read from the base and every expert, converted to float32,
 merged by the method and written in the base's dtype at its place in the base's shard
@@ -25,7 +28,9 @@ import dataclasses
 import json
 import math
 import os
+import re
 import shutil
+import socket
 import tempfile
 import time
 from collections.abc import Callable, Iterator, Mapping, Sequence
@@ -36,7 +41,7 @@ from typing import TYPE_CHECKING, Any
 
 from longcat_plugins.fusion.checkpoint import INDEX_FILE, Checkpoint, TensorInfo
 from longcat_plugins.fusion.contract import DELTA_SQ, TensorContext, has_delta_norms, needs_global_norms
-from longcat_plugins.fusion.errors import CheckpointError, FusionError, MismatchError, OutputError
+from longcat_plugins.fusion.errors import CheckpointError, FusionError, InputError, MismatchError, OutputError
 from longcat_plugins.fusion.validation import compare
 from longcat_plugins.fusion.writer import ShardWriter, torch_dtype
 
@@ -193,14 +198,16 @@ def tied_aliases(base: Checkpoint) -> dict[str, str]:
     return {}
 
 
-def _check_output(output: Path, inputs: Sequence[Path], overwrite: bool) -> None:
+def _output_problem(output: Path, inputs: Sequence[Path], overwrite: bool) -> str | None:
+    """Why ``output`` cannot be written (it overlaps an input, or exists without ``overwrite``)."""
     resolved = output.resolve()
     for path in inputs:
         src = path.resolve()
         if resolved == src or src.is_relative_to(resolved):
-            raise OutputError(f"output {output} would replace the input checkpoint {path}; choose another directory")
+            return f"output {output} would replace the input checkpoint {path}; choose another directory"
     if output.exists() and not overwrite:
-        raise OutputError(f"output {output} already exists; remove it or pass --overwrite (overwrite=True)")
+        return f"output {output} already exists; remove it or pass --overwrite (overwrite=True)"
+    return None
 
 
 class _Loader:
@@ -266,21 +273,7 @@ def fuse(
     start = time.perf_counter()  # after the host's plugin discovery, a once-per-process cost
     out_dir = Path(output)
 
-    problems: list[str] = []
-    checkpoints: list[Checkpoint | None] = []
-    for label, path in [("base", Path(base))] + [(f"experts[{i}]", e.path) for i, e in enumerate(expert_specs)]:
-        try:
-            checkpoints.append(Checkpoint.open(path, label))
-        except CheckpointError as exc:
-            problems += exc.problems
-            checkpoints.append(None)
-    if problems:
-        raise CheckpointError(problems)
-    base_ckpt, *expert_ckpts = [c for c in checkpoints if c is not None]
-    mismatches = compare(base_ckpt, expert_ckpts)
-    if mismatches:
-        raise MismatchError(mismatches)
-    _check_output(out_dir, [base_ckpt.path, *(c.path for c in expert_ckpts)], overwrite)
+    base_ckpt, expert_ckpts = _open_and_compare(Path(base), expert_specs, out_dir, overwrite)
     _probe(component, settings, weights)
     report = FusionReport(
         output=out_dir,
@@ -315,7 +308,8 @@ def fuse(
             report.bytes_read += sum(i.nbytes for i in float_infos if i.name not in aliases) * (len(expert_ckpts) + 1)
         created = [p for p in [out_dir.parent, *out_dir.parent.parents] if not p.exists()]
         out_dir.parent.mkdir(parents=True, exist_ok=True)
-        tmp = Path(tempfile.mkdtemp(prefix=f".{out_dir.name}.fusing-", dir=out_dir.parent))
+        report.warnings += clean_stale_temp_dirs(out_dir)
+        tmp = Path(tempfile.mkdtemp(prefix=_temp_prefix(out_dir), dir=out_dir.parent))
         try:
             _merge_into(
                 tmp, base_ckpt, expert_ckpts, infos, aliases, component, settings, weights, seed, sq_norms, loader,
@@ -347,6 +341,88 @@ def fuse(
             rep.delta_norm = math.sqrt(sq)
     report.seconds = time.perf_counter() - start
     return report
+
+
+def _open_and_compare(
+    base: Path, experts: Sequence[Expert], out_dir: Path, overwrite: bool
+) -> tuple[Checkpoint, list[Checkpoint]]:
+    """Open every checkpoint and compare each expert with the base, collecting every problem
+    (unreadable files, then names, shapes and dtypes of whatever could be read, then the output
+    path) before raising once, so one run lists all that is wrong."""
+    file_problems: list[str] = []
+    opened: list[Checkpoint | None] = []
+    readable: list[Checkpoint] = []  # complete checkpoints, or the readable part of a broken one
+    for label, path in [("base", base)] + [(f"experts[{i}]", e.path) for i, e in enumerate(experts)]:
+        try:
+            ckpt = Checkpoint.open(path, label)
+        except CheckpointError as exc:
+            file_problems += exc.problems
+            opened.append(None)
+            readable.append(exc.partial if exc.partial is not None else Checkpoint(label, path, None, {}, {}))
+            continue
+        opened.append(ckpt)
+        readable.append(ckpt)
+    complete = [c is not None for c in opened]
+    mismatches = compare(readable[0], readable[1:], complete=complete)
+    output_problem = _output_problem(out_dir, [base, *(e.path for e in experts)], overwrite)
+    problems = file_problems + mismatches + ([output_problem] if output_problem else [])
+    kinds = sum(map(bool, (file_problems, mismatches, output_problem)))
+    if kinds > 1:
+        raise InputError(problems)
+    if file_problems:
+        raise CheckpointError(file_problems)
+    if mismatches:
+        raise MismatchError(mismatches)
+    if output_problem:
+        raise OutputError(output_problem)
+    base_ckpt, *expert_ckpts = [c for c in opened if c is not None]
+    return base_ckpt, expert_ckpts
+
+
+_TEMP_INFIX = ".fusing-"
+
+
+def _machine() -> str:
+    return re.sub(r"[^A-Za-z0-9.]", "_", socket.gethostname()) or "localhost"
+
+
+def _temp_prefix(out_dir: Path) -> str:
+    """``.<output>.fusing-<host>-<pid>-``: a later run can tell whether the writer is still alive."""
+    return f".{out_dir.name}{_TEMP_INFIX}{_machine()}-{os.getpid()}-"
+
+
+def _pid_alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:  # another user's live process
+        return True
+    return True
+
+
+def clean_stale_temp_dirs(out_dir: Path) -> list[str]:
+    """Remove the temporary directories that dead runs on this machine left beside ``out_dir``
+    (killed with SIGKILL, or the machine lost power); returns one warning line per directory
+    removed or left alone.
+
+    A directory is removed only when its name says this machine and a process id that no longer
+    exists; a run on another machine sharing the directory, or a live run here, is never touched.
+    """
+    if not out_dir.parent.is_dir():
+        return []
+    pattern = re.compile(re.escape(f".{out_dir.name}{_TEMP_INFIX}") + r"(?:(?P<host>.+)-(?P<pid>\d+)-)?[^-]*")
+    warnings: list[str] = []
+    for path in sorted(out_dir.parent.iterdir()):
+        match = pattern.fullmatch(path.name)
+        if match is None or not path.is_dir() or path.is_symlink():
+            continue
+        if match["pid"] is None:
+            warnings.append(f"{path} was left by an earlier run of an older version; remove it if no fuse is running")
+        elif match["host"] == _machine() and int(match["pid"]) != os.getpid() and not _pid_alive(int(match["pid"])):
+            shutil.rmtree(path, ignore_errors=True)
+            warnings.append(f"removed {path}, left by an interrupted run (process {match['pid']} is gone)")
+    return warnings
 
 
 def _global_sq_norms(

@@ -4,6 +4,10 @@ run tells the user all that is wrong (which checkpoint, which file, which tensor
 from __future__ import annotations
 
 from collections.abc import Sequence
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from longcat_plugins.fusion.checkpoint import Checkpoint
 
 
 class FusionError(Exception):
@@ -20,9 +24,17 @@ class _ProblemList(FusionError):
 
 
 class CheckpointError(_ProblemList):
-    """A checkpoint directory that cannot be read: missing, missing shards, truncated files, bad index."""
+    """A checkpoint directory that cannot be read: missing, missing shards, truncated files, bad index.
+
+    ``partial`` is the readable part of the checkpoint (the shards that parsed), when there is
+    one, so the caller can still compare its tensors and report their mismatches in the same run.
+    """
 
     title = "checkpoint problem(s)"
+
+    def __init__(self, problems: Sequence[str], partial: Checkpoint | None = None) -> None:
+        super().__init__(problems)
+        self.partial = partial
 
 
 class MismatchError(_ProblemList):
@@ -33,3 +45,10 @@ class MismatchError(_ProblemList):
 
 class OutputError(FusionError):
     """The output directory exists (without ``overwrite``) or overlaps an input."""
+
+
+class InputError(CheckpointError, MismatchError, OutputError):
+    """Problems of more than one kind (files, tensors, output) found in one run, listed together;
+    an ``except`` for any one of the kinds catches it."""
+
+    title = "problem(s) with the checkpoints and the output"

@@ -13,8 +13,14 @@ _DTYPE_HINT = (
 )
 
 
-def compare(base: Checkpoint, experts: Sequence[Checkpoint]) -> list[str]:
-    """Every mismatch between ``base`` and each expert, one line each (empty: compatible)."""
+def compare(base: Checkpoint, experts: Sequence[Checkpoint], complete: Sequence[bool] | None = None) -> list[str]:
+    """Every mismatch between ``base`` and each expert, one line each (empty: compatible).
+
+    ``complete[i]`` (base first, then the experts) is False for a checkpoint of which only some
+    shards could be read: its shapes and dtypes are still compared, but a tensor it lacks may sit
+    in an unreadable shard, so a missing name is reported only between complete ones (an extra one whenever the base is).
+    """
+    complete = list(complete) if complete is not None else [True] * (len(experts) + 1)
     problems: list[str] = []
     for name, info in base.tensors.items():
         if info.dtype not in FLOAT_DTYPES and info.dtype not in COPIED_DTYPES:
@@ -22,10 +28,10 @@ def compare(base: Checkpoint, experts: Sequence[Checkpoint]) -> list[str]:
                 f"{base.label}: tensor {name} has dtype {info.dtype}, which cannot be merged "
                 "(quantised checkpoints: dequantise first)"
             )
-    for expert in experts:
+    for expert, whole in zip(experts, complete[1:], strict=True):
         last_dtype_problem = -1
-        missing = [n for n in base.tensors if n not in expert.tensors]
-        extra = [n for n in expert.tensors if n not in base.tensors]
+        missing = [n for n in base.tensors if n not in expert.tensors] if complete[0] and whole else []
+        extra = [n for n in expert.tensors if n not in base.tensors] if complete[0] else []
         for name in missing:
             problems.append(f"{expert.label} ({expert.path}): tensor {name} is missing (the base has it)")
         for name in extra:

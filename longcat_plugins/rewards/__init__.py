@@ -1,4 +1,4 @@
-"""The built-in rewards family (see SPEC.md R1-R4); exposed as plugin ``longcat.rewards`` by :mod:`longcat_plugins.builtins`."""
+"""The built-in rewards family (math, GenRM, code sandbox, tool-call format); exposed as plugin ``longcat.rewards`` by :mod:`longcat_plugins.builtins`."""
 
 from __future__ import annotations
 

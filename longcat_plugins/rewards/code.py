@@ -1,4 +1,4 @@
-"""R3 code reward: extract the program from the response, run it against verl-format test cases.
+"""Code reward: extract the program from the response, run it against verl-format test cases.
 
 ``compute_score`` is an *async* verl reward function (verl awaits coroutine reward functions
 directly, so many samples' programs run concurrently on the reward worker's event loop). The

@@ -1,4 +1,4 @@
-"""R2 generative reward model: a judge LLM compares the response with the reference answer.
+"""Generative reward model (first report, "Reward System"): a judge LLM compares the response with the reference answer.
 
 The judge is any OpenAI-compatible ``/v1/chat/completions`` endpoint. When verl runs its own
 reward model (``reward.reward_model.enable=True``), verl's reward loop passes the address of

@@ -181,25 +181,25 @@ class LongcatRewardManager(RewardManagerBase):
 
 
 class MathRewardManager(LongcatRewardManager):
-    """Every sample scored by the ``math`` reward (R1)."""
+    """Every sample scored by the ``math`` reward."""
 
     reward_name = "math"
 
 
 class CodeRewardManager(LongcatRewardManager):
-    """Every sample scored by the ``code`` sandbox reward (R3)."""
+    """Every sample scored by the ``code`` sandbox reward."""
 
     reward_name = "code"
 
 
 class GenRMRewardManager(LongcatRewardManager):
-    """Every sample scored by the ``genrm`` judge (R2), through verl's reward router when enabled."""
+    """Every sample scored by the ``genrm`` judge, through verl's reward router when enabled."""
 
     reward_name = "genrm"
 
 
 class ToolFormatRewardManager(LongcatRewardManager):
-    """Every sample scored by the ``tool_format`` reward (R4)."""
+    """Every sample scored by the ``tool_format`` reward."""
 
     reward_name = "tool_format"
 

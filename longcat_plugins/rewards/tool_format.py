@@ -1,4 +1,4 @@
-"""R4 tool-call format reward: are the model's tool calls syntactically valid?
+"""Tool-call format reward: are the model's tool calls syntactically valid?
 
 A call is ``<tool_call>{"name": ..., "arguments": {...}}</tool_call>`` (the Hermes/Qwen format
 verl's tool parsers read). Valid means: tags balanced and not nested, the body is a JSON object

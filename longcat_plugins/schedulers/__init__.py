@@ -1,4 +1,4 @@
-"""The built-in schedulers family (see SPEC.md S1-S5); exposed as plugin ``longcat.schedulers`` by :mod:`longcat_plugins.builtins`."""
+"""The built-in schedulers family (DORA: first report, "DORA"; 2601 report §3.2); exposed as plugin ``longcat.schedulers`` by :mod:`longcat_plugins.builtins`."""
 
 from __future__ import annotations
 

@@ -97,7 +97,7 @@ def _lookup(value: Any, path: list[str]) -> Any:
 
 
 class DoraReplayBuffer(ReplayBufferAsync):
-    """``ReplayBufferAsync`` deciding with the DORA core: version bound, D1 filter, S4 mix."""
+    """``ReplayBufferAsync`` deciding with the DORA core: version bound, online filter, domain mix."""
 
     def __init__(
         self,

@@ -22,7 +22,7 @@ class DoraSettings:
 
     Attributes:
         staleness: a trained sample's generating version may lag the weights being trained
-            by at most this many versions (SPEC S1: instances hold up to ``staleness + 1``
+            by at most this many versions (instances hold up to ``staleness + 1``
             versions). Finished groups beyond it are dropped and their prompts regenerated.
         reclaim_ratio: the elastic group is taken back for training once this fraction of a
             training batch is ready (1.0: the training condition, a full batch).
@@ -33,14 +33,14 @@ class DoraSettings:
             ``DoraConfig.load_ratio_capacity`` in the core).
         trace_path: if set, one JSON line per trained step (versions, staleness, in-flight
             prompts when training began) is appended here; ``LONGCAT_DORA_TRACE`` overrides.
-        domain_ratios: target share of each domain in a trained batch (normalised; S4, the
+        domain_ratios: target share of each domain in a trained batch (normalised; 2601 report §3.3.3, the
             core's ``DoraConfig.domain_ratios``). Empty: batches are taken oldest first. Every
             domain met in the data must be named.
         domain_tolerance: largest allowed ``|share - target|`` per domain in a batch, as a
             fraction of the batch (``DoraConfig.domain_tolerance``).
         domain_key: the sample field naming its domain: a dataset column stored with every
             trajectory (``data_source``) or a dotted path into one (``extra_info.domain``).
-        online_filter: drop finished groups with no group-relative signal (D1) and regenerate
+        online_filter: drop finished groups with no group-relative signal (online filtering) and regenerate
             their prompts, as stale groups are; needs rewards at rollout time (``rm_scores``).
         filter_all_correct / filter_all_wrong / correct_threshold / wrong_threshold: which
             groups the filter drops, as in the core's ``DoraConfig`` (a group is all correct when
@@ -89,7 +89,7 @@ class DoraSettings:
         self.balancer_config()  # the cap and threshold, validated by the core with their key path
 
     def balancer_config(self) -> Any:
-        """The core's ``DoraConfig`` carrying the S3 settings (cap phases, threshold, capacity)."""
+        """The core's ``DoraConfig`` carrying the load-balancing settings (cap phases, threshold, capacity)."""
         from longcat_plugins.schedulers.core.config import DoraConfig
 
         return DoraConfig.from_mapping(

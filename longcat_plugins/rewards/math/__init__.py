@@ -1,4 +1,4 @@
-"""R1 math verification: extract the final answer, then check equivalence under a hard time limit.
+"""Math verification: extract the final answer, then check equivalence under a hard time limit.
 
 ``compute_score`` is a verl ``custom_reward_function``. Scores: ``correct_score`` when the
 answer is equivalent to the reference, ``incorrect_score`` when it is not (or there is no

@@ -1,4 +1,4 @@
-"""R3 code sandbox: compile once, run many test cases, strict limits, no network, nothing left behind.
+"""Code sandbox: compile once, run many test cases, strict limits, no network, nothing left behind.
 
 - :mod:`.limits` — per-run resource limits (CPU time, memory, processes, file size, wall time).
 - :mod:`.isolation` — the isolation levels (bwrap / namespaces / uid / rlimits), probed once.
