@@ -13,6 +13,7 @@ def components() -> list[Component]:
 
     out: list[Component] = [
         RewardFunction("arithmetic", arithmetic.compute_score),
+        RewardFunction("arithmetic_exact", arithmetic.compute_exact_score),
         RewardFunction("math", math_reward.compute_score, config=math_reward.MathRewardConfig),
         RewardFunction("code", code.compute_score, config=code.CodeRewardConfig),
         RewardFunction("genrm", genrm.compute_score, config=genrm.GenRMConfig),

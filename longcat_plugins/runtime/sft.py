@@ -165,6 +165,7 @@ def run_sft(
             assert proc.stdout is not None
             for line in proc.stdout:
                 log.write(line)
+                log.flush()
                 lines.append(line)
                 del lines[:-30]
                 if on_line is not None:

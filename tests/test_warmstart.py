@@ -1,0 +1,91 @@
+"""Warm starts (:mod:`longcat_plugins.runtime.warmstart`): built with verl's real SFT trainer,
+deterministic per seed, atomic, and scored with the exact-match reward's one answer form."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from pathlib import Path
+
+import pandas as pd
+import pytest
+from conftest import TEST_SFT_STEPS
+
+from longcat_plugins.rewards.arithmetic import compute_exact_score, exact_answer
+from longcat_plugins.runtime.assets import Assets
+from longcat_plugins.runtime.launch import heldout_accuracy, summary_rows
+from longcat_plugins.runtime.sft import SFTConfig, SFTError
+from longcat_plugins.runtime.warmstart import ensure_warm_start, split_questions, teacher_answer
+
+
+@pytest.mark.parametrize(
+    ("response", "credited"),
+    [
+        ("The answer is 7.", "7"),
+        ("  The answer is -3.\n", "-3"),
+        ("The answer is 7", None),  # no full stop: not the form
+        ("7", None),
+        ("3+4-0 = 7.", None),  # right number, not the answer form
+        ("The answer is 7. The answer is 8.", None),  # two answers
+        ("The answer is 7.5.", None),
+        ("I think 7. The answer is 7.", None),
+        ("", None),
+    ],
+)
+def test_only_the_answer_form_is_credited(response: str, credited: str | None) -> None:
+    assert exact_answer(response) == credited
+    assert compute_exact_score("longcat/arithmetic", response, "7")["score"] == float(credited == "7")
+
+
+def test_split_is_disjoint_and_seeded() -> None:
+    train, val = split_questions(seed=0)
+    assert len(val) == 64 and len(train) == 1000 - 64 and not set(train) & set(val)
+    assert split_questions(seed=0) == (train, val) and split_questions(seed=1)[1] != val
+
+
+def test_teacher_mixes_the_answer_form() -> None:
+    import random
+
+    rng = random.Random(0)
+    answers = [teacher_answer((3, 4, 2), rng, share=0.5) for _ in range(200)]
+    assert set(answers) == {"The answer is 5.", "3+4-2 = 5."}
+    assert 60 < answers.count("The answer is 5.") < 140
+
+
+def _digest(assets: Assets) -> str:
+    return hashlib.sha256((assets.model / "model.safetensors").read_bytes()).hexdigest()
+
+
+def test_warm_start_is_deterministic_per_seed(tiny_warm_start: Assets, tmp_path: Path) -> None:
+    """A second build from nothing, same seed and SFT: the same weights, data and accuracy."""
+    meta = json.loads((tiny_warm_start.root / "warm.json").read_text())
+    assert meta["sft"]["total_steps"] == TEST_SFT_STEPS
+    again = ensure_warm_start(tmp_path, size="tiny", sft=SFTConfig(**meta["sft"]))
+    assert _digest(again) == _digest(tiny_warm_start)
+    assert json.loads((again.root / "warm.json").read_text())["val_greedy_acc"] == meta["val_greedy_acc"]
+    for split in ("train", "val"):
+        pd.testing.assert_frame_equal(
+            pd.read_parquet(getattr(again, split)), pd.read_parquet(getattr(tiny_warm_start, split))
+        )
+    # the SFT checkpoint is verl's HF export, with its tokenizer
+    assert (again.model / "tokenizer.json").exists() and (again.model / "config.json").exists()
+    assert ensure_warm_start(tmp_path, size="tiny", sft=SFTConfig(**meta["sft"])) == again  # cached: no rebuild
+
+
+def test_failed_build_leaves_nothing(tmp_path: Path) -> None:
+    """verl's SFT refuses sequences longer than max_length (truncation: error): the build fails
+    with SFTError and the cache holds no asset directory, finished or temporary."""
+    with pytest.raises(SFTError, match="SFT trainer failed"):
+        ensure_warm_start(tmp_path, size="tiny", sft=SFTConfig(epochs=1, total_steps=1, max_length=8))
+    assert list(tmp_path.iterdir()) == []
+
+
+def test_heldout_accuracy_line_reads_verls_validation_metric() -> None:
+    steps = [
+        {"step": 0, "val-core/longcat/arithmetic/acc/mean@1": 0.25},
+        {"step": 1, "critic/score/mean": 0.3},
+        {"step": 2, "val-core/longcat/arithmetic/acc/mean@1": 0.5, "critic/score/mean": 0.4},
+    ]
+    assert heldout_accuracy(steps) == (0.25, 0.5)
+    assert [r["val_acc"] for r in summary_rows(steps)] == [0.25, None, 0.5]
+    assert heldout_accuracy(steps[:2]) is None
