@@ -89,3 +89,30 @@ def test_heldout_accuracy_line_reads_verls_validation_metric() -> None:
     assert heldout_accuracy(steps) == (0.25, 0.5)
     assert [r["val_acc"] for r in summary_rows(steps)] == [0.25, None, 0.5]
     assert heldout_accuracy(steps[:2]) is None
+
+
+def test_warm_demo_composes_with_the_exact_reward_and_greedy_validation(tiny_warm_start: Assets) -> None:
+    """What ``demo`` (init warm) hands to verl passes validation and the CPU preflight, and
+    scores with the exact-match reward, validating greedily before training and during it."""
+    from longcat_plugins.config import compose, to_plain, validate_config
+    from longcat_plugins.runtime.demos import prepare_demo
+    from longcat_plugins.runtime.launch import resolve_config
+
+    demo = prepare_demo("arithmetic", tiny_warm_start, steps=6, init="warm")
+    cfg = compose(resolve_config(demo.config), demo.overrides)
+    problems, _ = validate_config(cfg, cpu_preflight=True)
+    assert problems == [], problems
+    plain = to_plain(cfg)
+    assert plain["reward"]["custom_reward_function"]["name"] == "arithmetic_exact"
+    assert plain["actor_rollout_ref"]["model"]["path"] == str(tiny_warm_start.model)
+    assert plain["trainer"]["val_before_train"] is True and plain["trainer"]["test_freq"] == 3
+    assert plain["actor_rollout_ref"]["rollout"]["val_kwargs"]["do_sample"] is False
+    with pytest.raises(ValueError, match="no warm start"):
+        prepare_demo("dora", tiny_warm_start, steps=2, init="warm")
+
+
+def test_demo_init_warm_on_a_recipe_without_one_exits_2() -> None:
+    from conftest import run_cli
+
+    proc = run_cli("demo", "--recipe", "dora", "--init", "warm")
+    assert proc.returncode == 2 and "has no warm start" in proc.stderr
