@@ -235,7 +235,7 @@ def assets(size: str, seed: int, cache_dir: str | None) -> None:
 
 
 @main.command(context_settings={"ignore_unknown_options": True})
-@click.option("--steps", type=int, help="GRPO steps to train (default: 9 on a warm start, else 5)")
+@click.option("--steps", type=int, help="GRPO steps to train (default: 12 on a warm start, else 5)")
 @click.option("--size", type=click.Choice(["tiny", "small", "base"]), default="tiny", show_default=True)
 @click.option("--trainer", "trainer_kind", type=click.Choice(["v1", "legacy"]), default="v1", show_default=True)
 @click.option(

@@ -45,7 +45,7 @@ class Demo:
 #: ``WARM_TEST_FREQ`` steps (the recipe's ``val_kwargs`` are greedy, n=1)
 WARM_TEST_FREQ = 3
 #: the warm-started demo's default length
-WARM_DEMO_STEPS = 9
+WARM_DEMO_STEPS = 12
 WARM_OVERRIDES = [
     "reward.custom_reward_function.name=arithmetic_exact",
     "data.train_batch_size=16",
