@@ -116,3 +116,28 @@ def test_demo_init_warm_on_a_recipe_without_one_exits_2() -> None:
 
     proc = run_cli("demo", "--recipe", "dora", "--init", "warm")
     assert proc.returncode == 2 and "has no warm start" in proc.stderr
+
+
+def test_bench_pass_at_k_matches_a_float_reference() -> None:
+    """The learning bench's unbiased pass@k against the product form 1 - prod(1 - k/i),
+    i = n-c+1..n (Chen et al., 2021), in float64; k > n is refused."""
+    import sys
+
+    import numpy as np
+    from conftest import REPO
+
+    sys.path.insert(0, str(REPO / "bench"))
+    try:
+        from bench_learning import pass_at_k
+    finally:
+        sys.path.remove(str(REPO / "bench"))
+    for n in (1, 4, 8, 16):
+        for c in range(n + 1):
+            for k in range(1, n + 1):
+                reference = (
+                    1.0 if n - c < k else 1.0 - float(np.prod(1.0 - k / np.arange(n - c + 1, n + 1, dtype=np.float64)))
+                )
+                assert pass_at_k(n, c, k) == pytest.approx(reference, abs=1e-12), (n, c, k)
+    assert pass_at_k(8, 0, 4) == 0.0 and pass_at_k(8, 8, 1) == 1.0
+    with pytest.raises(ValueError, match="k=9 is larger than the number of samples n=8"):
+        pass_at_k(8, 3, 9)
