@@ -1,8 +1,11 @@
-"""Arithmetic reward with partial credit, for the CPU demo's task.
+"""Arithmetic rewards for the CPU demo's tasks.
 
-A randomly initialised model almost never answers exactly, and an all-zero reward makes every
-GRPO advantage zero. So besides exact correctness (1.0) the score gives graded credit for
-answering with a number at all and for how close that number is.
+``arithmetic`` (partial credit) is for a randomly initialised model, which almost never answers
+exactly: an all-zero reward makes every GRPO advantage zero, so besides exact correctness (1.0)
+it gives graded credit for answering with a number at all and for how close that number is.
+
+``arithmetic_exact`` is for a warm start (:mod:`longcat_plugins.runtime.warmstart`), which is
+partly right already: 1.0 only for the one clear answer form ``The answer is N.``, else 0.0.
 """
 
 from __future__ import annotations
