@@ -14,6 +14,7 @@ from longcat_plugins import __version__
 from longcat_plugins.console import console, err_console, esc
 from longcat_plugins.host import Host, set_host
 from longcat_plugins.runtime.demos import RECIPES as DEMO_RECIPES
+from longcat_plugins.runtime.demos import WARM_DEMO_STEPS
 from longcat_plugins.selection import Selection
 
 
@@ -252,7 +253,7 @@ def assets(size: str, seed: int, cache_dir: str | None) -> None:
 
 
 @main.command(context_settings={"ignore_unknown_options": True})
-@click.option("--steps", type=int, default=5, show_default=True, help="GRPO steps to train")
+@click.option("--steps", type=int, help="GRPO steps to train (default: 12 on a warm start, else 5)")
 @click.option("--size", type=click.Choice(["tiny", "small", "base"]), default="tiny", show_default=True)
 @click.option("--trainer", "trainer_kind", type=click.Choice(["v1", "legacy"]), default="v1", show_default=True)
 @click.option(
@@ -262,14 +263,20 @@ def assets(size: str, seed: int, cache_dir: str | None) -> None:
     show_default=True,
     help="; ".join(f"{name}: {summary}" for name, (_, summary) in DEMO_RECIPES.items()),
 )
+@click.option(
+    "--init",
+    type=click.Choice(["warm", "random"]),
+    help="warm: start from an SFT warm start (arithmetic's default); random: a random-init model",
+)
 @click.option("--out", type=click.Path(file_okay=False), help="run directory (default: ./outputs/demo-<time>)")
 @click.option("--cache-dir", type=click.Path(file_okay=False), help="where the tiny assets are built")
 @click.argument("overrides", nargs=-1, type=click.UNPROCESSED)
 def demo(
-    steps: int,
+    steps: int | None,
     size: str,
     trainer_kind: str,
     recipe: str,
+    init: str | None,
     out: str | None,
     cache_dir: str | None,
     overrides: tuple[str, ...],
@@ -286,9 +293,21 @@ def demo(
             "[red]--recipe dora runs the v1 trainer (trainer.v1.trainer_mode=dora); drop --trainer legacy[/]"
         )
         sys.exit(2)
-    with console.status(f"building the {size} model, tokenizer and {recipe} data (once)"):
-        built = ensure_assets(Path(cache_dir) if cache_dir else None, size=size)
-        prepared = prepare_demo(recipe, built, steps)
+    init = init or ("warm" if recipe == "arithmetic" else "random")
+    if init == "warm" and recipe != "arithmetic":
+        err_console.print(f"[red]--init warm: recipe {recipe!r} has no warm start yet; use --init random[/]")
+        sys.exit(2)
+    steps = steps if steps is not None else (WARM_DEMO_STEPS if init == "warm" else 5)
+    cache = Path(cache_dir) if cache_dir else None
+    if init == "warm":
+        from longcat_plugins.runtime.warmstart import ensure_warm_start
+
+        with console.status(f"building the {size} warm start (once: tokenizer, model, verl SFT)"):
+            built = ensure_warm_start(cache, size=size)
+    else:
+        with console.status(f"building the {size} model, tokenizer and {recipe} data (once)"):
+            built = ensure_assets(cache, size=size)
+    prepared = prepare_demo(recipe, built, steps, init=init)
     demo_overrides = [*prepared.overrides, f"trainer.use_v1={'true' if trainer_kind == 'v1' else 'false'}"]
     _train(prepared.config, demo_overrides + list(overrides), out, steps)
 
@@ -312,6 +331,7 @@ def _train(config: str, overrides: list[str], out: str | None, steps: int | None
     from longcat_plugins.runtime.launch import (
         STEP_LINE,
         TOTAL_LINE,
+        heldout_accuracy,
         planned_steps,
         resolve_config,
         run_training,
@@ -354,17 +374,20 @@ def _train(config: str, overrides: list[str], out: str | None, steps: int | None
         sys.exit(result.returncode)
     table = Table(title=f"{name}: per-step metrics", title_justify="left")
     rows = summary_rows(result.steps)
-    columns = ("step", "reward", "pg_loss", "grad_norm", "response_len", "step_s")
+    columns: tuple[str, ...] = ("step", "reward", "pg_loss", "grad_norm", "response_len", "step_s")
+    if any(row["val_acc"] is not None for row in rows):
+        columns += ("val_acc",)
     for col in columns:
         table.add_column(col, justify="right")
     for row in rows:
         table.add_row(*(_cell(row[c]) for c in columns))
     console.print(table)
+    accuracy = heldout_accuracy(result.steps)
+    if accuracy is not None:
+        # one fixed form, so scripts can read it
+        console.print(f"held-out accuracy: {100 * accuracy[0]:.1f}% -> {100 * accuracy[1]:.1f}%")
     console.print(
-        f"run dir:     {result.run_dir}
-log:         {result.log}
-metrics:     {result.metrics}
-"
+        f"run dir:     {result.run_dir}\nlog:         {result.log}\nmetrics:     {result.metrics}\n"
         f"checkpoints: {result.checkpoints}",
         markup=False,
     )

@@ -147,3 +147,18 @@ def train_cpu(tiny: Assets, run_dir: Path, ray_tmp: Path, *overrides: str) -> tu
     assert result.returncode == 0, result.log.read_text()[-5000:]
     records = [json.loads(line) for line in trace.read_text().splitlines()] if trace.exists() else []
     return result, [r for r in records if r.get("event") == "update"]
+
+
+#: a deliberately short SFT for tests: the warm-start machinery, not its accuracy band
+TEST_SFT_STEPS = 3
+
+
+@pytest.fixture(scope="session")
+def tiny_warm_start(tmp_path_factory: pytest.TempPathFactory) -> Assets:
+    """A warm start built once per session with a few real verl SFT steps (tests that need the
+    accuracy band build the default one: see test_warmstart.py's slow test)."""
+    from longcat_plugins.runtime.sft import SFTConfig
+    from longcat_plugins.runtime.warmstart import ensure_warm_start
+
+    sft = SFTConfig(epochs=1, total_steps=TEST_SFT_STEPS, batch_size=16)
+    return ensure_warm_start(tmp_path_factory.mktemp("warm"), size="tiny", sft=sft)

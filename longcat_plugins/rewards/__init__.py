@@ -12,34 +12,47 @@ def components() -> list[Component]:
     from longcat_plugins.evaluation import components as evaluation_components
 
     mod = "longcat_plugins.rewards"
+    #: (name, module, function, config class, summary)
     functions = [
         (
             "arithmetic",
             "arithmetic",
+            "compute_score",
             None,
             "1.0 for the exact answer; otherwise up to 0.5 for a number close to it and for digits.",
         ),
         (
+            "arithmetic_exact",
+            "arithmetic",
+            "compute_exact_score",
+            None,
+            "1.0 when the response is exactly ``The answer is <ground_truth>.``, else 0.0 (warm starts).",
+        ),
+        (
             "math",
             "math",
+            "compute_score",
             "MathRewardConfig",
             "verl reward function: 1.0 for an answer equivalent to ``ground_truth``; invalid when uncheckable.",
         ),
         (
             "code",
             "code",
+            "compute_score",
             "CodeRewardConfig",
             "verl reward function: run the response's program against ``ground_truth``'s test cases.",
         ),
         (
             "genrm",
             "genrm",
+            "compute_score",
             "GenRMConfig",
             "verl reward function (async): 1.0 when the judge says the response matches the reference.",
         ),
         (
             "tool_format",
             "tool_format",
+            "compute_score",
             "ToolFormatConfig",
             "verl reward function: 1.0 when every tool call is well formed and matches its schema.",
         ),
@@ -52,31 +65,31 @@ def components() -> list[Component]:
             "RouterConfig",
             "Dispatches each sample by ``data_source`` to a reward (multi-domain batches).",
         ),
-        ("longcat_math", "MathRewardManager", None, "Every sample scored by the ``math`` reward (R1)."),
-        ("longcat_code", "CodeRewardManager", None, "Every sample scored by the ``code`` sandbox reward (R3)."),
+        ("longcat_math", "MathRewardManager", None, "Every sample scored by the ``math`` reward."),
+        ("longcat_code", "CodeRewardManager", None, "Every sample scored by the ``code`` sandbox reward."),
         (
             "longcat_genrm",
             "GenRMRewardManager",
             None,
-            "Every sample scored by the ``genrm`` judge (R2), through verl's reward router when enabled.",
+            "Every sample scored by the ``genrm`` judge, through verl's reward router when enabled.",
         ),
         (
             "longcat_tool_format",
             "ToolFormatRewardManager",
             None,
-            "Every sample scored by the ``tool_format`` reward (R4).",
+            "Every sample scored by the ``tool_format`` reward.",
         ),
     ]
     out: list[Component] = [
         RewardFunction(
             name,
-            f"{mod}.{module}:compute_score",
+            f"{mod}.{module}:{fn}",
             config=f"{mod}.{module}:{config}" if config else None,
             summary=summary,
         )
-        for name, module, config, summary in functions
-        *evaluation_components(),
+        for name, module, fn, config, summary in functions
     ]
+    out += evaluation_components()
     return out + [
         RewardManager(
             name, f"{mod}.managers:{cls}", config=f"{mod}.managers:{config}" if config else None, summary=summary

@@ -71,17 +71,35 @@ def arithmetic_problem(rng: random.Random, max_operand: int, ops: str = "+-") ->
     return f"What is {a}{op}{b}? Answer with a number.", a + b if op == "+" else a - b
 
 
-def task_corpus(seed: int = 0, n: int = 2000, max_operand: int = 50) -> list[str]:
+#: operands of the ``chain`` task are 0..CHAIN_MAX (1000 distinct questions at 9)
+CHAIN_MAX = 9
+
+
+def chain_problem(a: int, b: int, c: int) -> tuple[str, int]:
+    """The two-step variant warm starts train on: ``a+b-c`` (harder than one operation for a
+    tiny model, and every held-out question shares its structure with the training ones)."""
+    return f"What is {a}+{b}-{c}? Answer with a number.", a + b - c
+
+
+def answer_text(answer: int) -> str:
+    """The one answer form the model is taught and the exact-match reward accepts."""
+    return f"The answer is {answer}."
+
+
+def task_corpus(seed: int = 0, n: int = 2000, max_operand: int = 50, task: str = "add") -> list[str]:
     """The strings the tokenizer is trained on: prompts and answers as the model will see them."""
     rng = random.Random(seed)
     lines = []
     for _ in range(n):
-        question, answer = arithmetic_problem(rng, max_operand)
-        lines.append(f"<|user|>{question}</s>\n<|assistant|>The answer is {answer}.</s>\n")
+        if task == "chain":
+            question, answer = chain_problem(*(rng.randint(0, CHAIN_MAX) for _ in range(3)))
+        else:
+            question, answer = arithmetic_problem(rng, max_operand)
+        lines.append(f"<|user|>{question}</s>\n<|assistant|>{answer_text(answer)}</s>\n")
     return lines
 
 
-def build_tokenizer(out_dir: Path, seed: int = 0, vocab_size: int = 320) -> None:
+def build_tokenizer(out_dir: Path, seed: int = 0, vocab_size: int = 320, task: str = "add") -> None:
     from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
     from transformers import PreTrainedTokenizerFast
 
@@ -94,7 +112,7 @@ def build_tokenizer(out_dir: Path, seed: int = 0, vocab_size: int = 320) -> None
         initial_alphabet=pre_tokenizers.ByteLevel.alphabet(),
         show_progress=False,
     )
-    tok.train_from_iterator(task_corpus(seed), trainer=trainer)
+    tok.train_from_iterator(task_corpus(seed, task=task), trainer=trainer)
     fast = PreTrainedTokenizerFast(
         tokenizer_object=tok,
         bos_token="<s>",

@@ -1,7 +1,10 @@
 """The demos ``longcat-plugins demo --recipe`` runs: each is a recipe in ``configs/`` plus the
 locally built data it needs, so every family can be seen end to end on a laptop.
 
-- ``arithmetic``: GRPO on the arithmetic task (``cpu_demo.yaml``).
+- ``arithmetic``: GRPO on the arithmetic task (``cpu_demo.yaml``). By default on a warm start
+  (:mod:`.warmstart`: the ``a+b-c`` variant, SFT-ed until partly right) with the exact-match
+  reward and greedy held-out validation every few steps; ``--init random`` trains the random
+  model on the one-operation task with the partial-credit reward instead.
 - ``tool_agent``: GRPO through the ``longcat_tool_agent`` agent loop on generated ``retail``
   environments, with noise and context management (``tool_agent_cpu.yaml``).
 - ``dora``: the ``dora`` v1 trainer with two ``hf`` replicas holding different policy versions
@@ -21,7 +24,7 @@ from longcat_plugins.runtime.launch import configs_dir
 
 #: recipe name -> (config in configs/, one line for ``--help``)
 RECIPES: dict[str, tuple[str, str]] = {
-    "arithmetic": ("cpu_demo", "GRPO on arithmetic with a partial-credit reward"),
+    "arithmetic": ("cpu_demo", "GRPO on a warm-started arithmetic model; held-out exact match rises"),
     "tool_agent": ("tool_agent_cpu", "GRPO through the longcat_tool_agent loop on generated retail environments"),
     "dora": ("dora_cpu", "the dora trainer: two hf replicas, mixed policy versions, long-tailed lengths"),
 }
@@ -36,10 +39,38 @@ class Demo:
     overrides: list[str]
 
 
-def prepare_demo(recipe: str, built: Assets, steps: int) -> Demo:
-    """The recipe's config and the overrides that point it at locally built data."""
+#: what the warm-started arithmetic demo changes in ``cpu_demo.yaml``: the exact-match reward
+#: (no credit for anything but ``The answer is N.``), 16 prompts x 8 samples a step (groups
+#: with mixed outcomes), short responses, and greedy validation before training and every
+#: ``WARM_TEST_FREQ`` steps (the recipe's ``val_kwargs`` are greedy, n=1)
+WARM_TEST_FREQ = 3
+#: the warm-started demo's default length
+WARM_DEMO_STEPS = 12
+WARM_OVERRIDES = [
+    "reward.custom_reward_function.name=arithmetic_exact",
+    "data.train_batch_size=16",
+    "actor_rollout_ref.actor.ppo_mini_batch_size=16",
+    "actor_rollout_ref.actor.ppo_micro_batch_size_per_gpu=32",
+    "actor_rollout_ref.rollout.log_prob_micro_batch_size_per_gpu=32",
+    "actor_rollout_ref.ref.log_prob_micro_batch_size_per_gpu=32",
+    "actor_rollout_ref.rollout.n=8",
+    "data.max_response_length=12",
+    "actor_rollout_ref.actor.optim.lr=1e-3",
+    "trainer.val_before_train=true",
+    # seed 0 for data order and sampling: the demo is bench_learning.py's vanilla seed-0 run
+    "data.seed=0",
+    "actor_rollout_ref.actor.data_loader_seed=0",
+    "actor_rollout_ref.rollout.seed=0",
+]
+
+
+def prepare_demo(recipe: str, built: Assets, steps: int, init: str = "random") -> Demo:
+    """The recipe's config and the overrides that point it at locally built data (``init``:
+    ``warm`` when ``built`` is a warm start, see :func:`.warmstart.ensure_warm_start`)."""
     if recipe not in RECIPES:
         raise ValueError(f"unknown demo recipe {recipe!r}; choices: {', '.join(RECIPES)}")
+    if init == "warm" and recipe != "arithmetic":
+        raise ValueError(f"--init warm: recipe {recipe!r} has no warm start yet; use --init random")
     overrides = [
         f"actor_rollout_ref.model.path={built.model}",
         f"trainer.total_training_steps={steps}",
@@ -47,6 +78,8 @@ def prepare_demo(recipe: str, built: Assets, steps: int) -> Demo:
     ]
     if recipe == "arithmetic":
         overrides += [f"data.train_files={built.train}", f"data.val_files={built.val}"]
+        if init == "warm":
+            overrides += [*WARM_OVERRIDES, f"trainer.test_freq={min(WARM_TEST_FREQ, steps)}"]
     elif recipe == "tool_agent":
         train, val = _tool_agent_data(built.root / "demo-envs-retail")
         overrides += [f"data.train_files={train}", f"data.val_files={val}"]

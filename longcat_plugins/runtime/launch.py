@@ -167,8 +167,24 @@ def run_training(
     return RunResult(returncode, run_dir, log, metrics, checkpoints, read_metrics(metrics))
 
 
+def val_accuracy(record: dict[str, Any]) -> float | None:
+    """Held-out accuracy of one metrics record: verl's ``val-core/<data_source>/acc/mean@N``
+    (greedy exact match when ``val_kwargs`` is greedy with n=1), averaged over data sources."""
+    values = [v for k, v in record.items() if k.startswith("val-core/") and "/acc/mean@" in k]
+    return sum(values) / len(values) if values else None
+
+
+def heldout_accuracy(steps: list[dict[str, Any]]) -> tuple[float, float] | None:
+    """(first, last) held-out accuracy of a run, or None without two validations."""
+    values = [a for a in (val_accuracy(s) for s in sorted(steps, key=lambda s: s["step"])) if a is not None]
+    return (values[0], values[-1]) if len(values) >= 2 else None
+
+
 def summary_rows(steps: list[dict[str, Any]]) -> list[dict[str, Any]]:
-    """One row per training step; records with none of the summary metrics (step 0, where
-    verl logs only the validation run before training) are left out."""
-    rows = [{"step": s["step"], **{k: s.get(v) for k, v in SUMMARY_KEYS.items()}} for s in steps]
-    return [r for r in rows if any(r[k] is not None for k in SUMMARY_KEYS)]
+    """One row per training step, with the held-out accuracy where a validation ran; records with
+    none of these (nothing logged for the step) are left out. Step 0 is verl's validation before
+    training: its row shows only ``val_acc``."""
+    rows = [
+        {"step": s["step"], **{k: s.get(v) for k, v in SUMMARY_KEYS.items()}, "val_acc": val_accuracy(s)} for s in steps
+    ]
+    return [r for r in rows if any(r[k] is not None for k in (*SUMMARY_KEYS, "val_acc"))]

@@ -1,0 +1,198 @@
+"""Does RL measurably improve a warm-started tiny model? Held-out greedy exact match before and
+after GRPO on the warm-started arithmetic task, per objective and seed, on this CPU.
+
+    .venv/bin/python bench/bench_learning.py [--seeds 0,1,2] [--steps 30]
+        [--objectives vanilla,triplet_clip,longcat_gspo,longcat_grpo] [--trainers sync]
+        [--out bench/results/learning.json]
+
+Every run starts from the same warm start (:func:`longcat_plugins.runtime.warmstart.ensure_warm_start`,
+seed 0) with the demo's recipe (``cpu_demo`` + the demo's warm-start overrides: exact-match
+reward, 16 prompts x 8 samples, greedy validation); the run's seed changes data order and
+sampling. Accuracies are verl's own validation metric (``val-core/.../acc/mean@1``, greedy,
+n=1) on the 64 held-out questions, before training (step 0) and after the last step.
+``wall_s`` is the sum of verl's ``timing_s/step`` (training only: no start-up, no validation).
+
+``pass_at_k`` is computed here, not by verl: after training, 8 samples per held-out question
+at temperature 1 from the final checkpoint (plain transformers), scored with the exact-match
+reward, and the unbiased estimator 1 - C(n-c, k) / C(n, k) averaged over questions.
+
+Writes the JSON (exactly ``{"runs": [...]}``), ``learning_curves.json`` (accuracy per
+validation step and wall-clock, per run) and a PNG of the curves with seed bands beside it.
+Runs go one after another; the machine is shared, so compare within one file.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import shutil
+import tempfile
+from math import comb
+from pathlib import Path
+
+#: objective -> overrides on the demo recipe
+OBJECTIVES: dict[str, list[str]] = {
+    "vanilla": [],
+    "triplet_clip": ["+objective=triplet_clip"],
+    "longcat_gspo": ["+objective=longcat_gspo"],
+    "longcat_grpo": ["algorithm.adv_estimator=longcat_grpo"],
+}
+KS = (1, 2, 4, 8)
+
+
+def pass_at_k(n: int, c: int, k: int) -> float:
+    """Unbiased pass@k from ``n`` samples of which ``c`` are correct (Chen et al., 2021)."""
+    if k > n:
+        raise ValueError(f"k={k} is larger than the number of samples n={n}")
+    return 1.0 - comb(n - c, k) / comb(n, k)
+
+
+def sampled_pass_at_k(model: Path, val: Path, n: int = 8, seed: int = 0) -> dict[str, float]:
+    from longcat_plugins.rewards.arithmetic import exact_answer
+    from longcat_plugins.runtime.warmstart import sample_answers
+
+    samples, answers = sample_answers(model, val, n=n, do_sample=True, seed=seed)
+    counts = [sum(exact_answer(s) == a for s in group) for group, a in zip(samples, answers, strict=True)]
+    return {str(k): sum(pass_at_k(n, c, k) for c in counts) / len(counts) for k in KS if k <= n}
+
+
+def final_checkpoint(checkpoints: Path) -> Path | None:
+    found = sorted(checkpoints.glob("global_step_*/actor/huggingface"), key=lambda p: int(p.parts[-3].split("_")[-1]))
+    return found[-1] if found and any(found[-1].glob("*.safetensors")) else None
+
+
+def run(objective: str, trainer: str, seed: int, steps: int, assets, work: Path, test_freq: int) -> dict:
+    from longcat_plugins.runtime.demos import prepare_demo
+    from longcat_plugins.runtime.launch import resolve_config, run_training, val_accuracy
+
+    if trainer != "sync":
+        raise ValueError(f"--trainers: {trainer!r} is not supported by this bench yet (only sync)")
+    demo = prepare_demo("arithmetic", assets, steps, init="warm")
+    ray_tmp = Path(tempfile.mkdtemp(prefix="lco", dir="/tmp"))
+    run_dir = work / f"{objective}-{trainer}-seed{seed}"
+    try:
+        result = run_training(
+            resolve_config(demo.config),
+            [
+                *demo.overrides,
+                "trainer.total_epochs=100",
+                f"trainer.test_freq={test_freq}",
+                f"data.seed={seed}",
+                f"actor_rollout_ref.actor.data_loader_seed={seed}",
+                f"actor_rollout_ref.rollout.seed={seed}",
+                "actor_rollout_ref.actor.checkpoint.save_contents=[model,hf_model]",
+                f"+ray_kwargs.ray_init._temp_dir={ray_tmp}",
+                *OBJECTIVES[objective],
+            ],
+            run_dir,
+        )
+    finally:
+        shutil.rmtree(ray_tmp, ignore_errors=True)
+    if result.returncode != 0:
+        raise RuntimeError(f"{objective}/{trainer}/seed {seed} failed; see {result.log}")
+    curve, wall = [], 0.0
+    for record in sorted(result.steps, key=lambda s: s["step"]):
+        wall += record.get("timing_s/step", 0.0)
+        acc = val_accuracy(record)
+        if acc is not None:
+            curve.append({"step": record["step"], "wall_s": round(wall, 2), "acc": acc})
+    if len(curve) < 2:
+        raise RuntimeError(f"{objective}/seed {seed}: fewer than two validations in {result.metrics}")
+    checkpoint = final_checkpoint(result.checkpoints)
+    if checkpoint is None:
+        raise RuntimeError(f"{objective}/seed {seed}: no HF export under {result.checkpoints}")
+    entry = {
+        "objective": objective,
+        "trainer": trainer,
+        "seed": seed,
+        "steps": result.last_step,
+        "wall_s": round(wall, 2),
+        "acc_before": curve[0]["acc"],
+        "acc_after": curve[-1]["acc"],
+        "pass_at_k": sampled_pass_at_k(checkpoint, assets.val, seed=seed),
+    }
+    return {"run": entry, "curve": curve}
+
+
+def plot(curves: list[dict], path: Path) -> None:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+    import numpy as np
+
+    fig, axes = plt.subplots(1, 2, figsize=(11, 4), sharey=True)
+    groups: dict[str, list[dict]] = {}
+    for c in curves:
+        groups.setdefault(f"{c['objective']} ({c['trainer']})", []).append(c)
+    for label, runs in groups.items():
+        steps = [p["step"] for p in runs[0]["curve"]]
+        accs = np.array([[p["acc"] for p in r["curve"]][: len(steps)] for r in runs if len(r["curve"]) >= len(steps)])
+        walls = np.array(
+            [[p["wall_s"] for p in r["curve"]][: len(steps)] for r in runs if len(r["curve"]) >= len(steps)]
+        )
+        mean = accs.mean(axis=0)
+        (line,) = axes[0].plot(steps, mean, marker="o", label=f"{label}, {len(accs)} seed(s)")
+        axes[1].plot(walls.mean(axis=0), mean, marker="o", color=line.get_color())
+        if len(accs) > 1:
+            axes[0].fill_between(steps, accs.min(axis=0), accs.max(axis=0), alpha=0.2, color=line.get_color())
+            axes[1].fill_between(
+                walls.mean(axis=0), accs.min(axis=0), accs.max(axis=0), alpha=0.2, color=line.get_color()
+            )
+    axes[0].set_xlabel("GRPO step")
+    axes[1].set_xlabel("training wall-clock, s (sum of timing_s/step)")
+    axes[0].set_ylabel("held-out greedy exact match")
+    for ax in axes:
+        ax.grid(alpha=0.3)
+    axes[0].legend(fontsize=8)
+    fig.suptitle("warm-started tiny Llama on a+b-c, 2 CPU cores (band: min-max over seeds)")
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--seeds", default="0,1,2", help="comma-separated run seeds")
+    parser.add_argument("--steps", type=int, default=30)
+    parser.add_argument("--test-freq", type=int, default=5)
+    parser.add_argument("--objectives", default=",".join(OBJECTIVES), help=f"subset of {','.join(OBJECTIVES)}")
+    parser.add_argument("--trainers", default="sync", help="sync (dora: not yet)")
+    parser.add_argument("--size", default="tiny")
+    parser.add_argument("--out", default="bench/results/learning.json")
+    parser.add_argument("--append", action="store_true", help="add to the runs already in --out")
+    args = parser.parse_args()
+    objectives = [o for o in args.objectives.split(",") if o]
+    unknown = sorted(set(objectives) - set(OBJECTIVES))
+    if unknown:
+        parser.error(f"--objectives: unknown {', '.join(unknown)}; choices: {', '.join(OBJECTIVES)}")
+    seeds = [int(s) for s in args.seeds.split(",") if s]
+
+    from longcat_plugins.runtime.warmstart import ensure_warm_start
+
+    assets = ensure_warm_start(size=args.size)
+    out = Path(args.out)
+    curves_path = out.with_name(out.stem + "_curves.json")
+    runs = json.loads(out.read_text())["runs"] if args.append and out.exists() else []
+    curves = json.loads(curves_path.read_text()) if args.append and curves_path.exists() else []
+    work = Path(tempfile.mkdtemp(prefix="longcat-learning-"))
+    for objective in objectives:
+        for trainer in args.trainers.split(","):
+            for seed in seeds:
+                got = run(objective, trainer, seed, args.steps, assets, work, args.test_freq)
+                runs.append(got["run"])
+                curves.append({"objective": objective, "trainer": trainer, "seed": seed, "curve": got["curve"]})
+                r = got["run"]
+                print(
+                    f"{objective:>13} {trainer} seed {seed}: held-out {100 * r['acc_before']:.1f}% -> "
+                    f"{100 * r['acc_after']:.1f}% in {r['steps']} steps, {r['wall_s']:.0f}s; pass@8 {r['pass_at_k'].get('8')}",
+                    flush=True,
+                )
+                out.parent.mkdir(parents=True, exist_ok=True)
+                out.write_text(json.dumps({"runs": runs}, indent=2))
+                curves_path.write_text(json.dumps(curves, indent=2))
+                plot(curves, out.with_suffix(".png"))
+    print(f"wrote {out}, {curves_path} and {out.with_suffix('.png')}")
+
+
+if __name__ == "__main__":
+    main()

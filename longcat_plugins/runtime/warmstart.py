@@ -1,0 +1,199 @@
+"""Warm starts: a tiny model supervised-fine-tuned (with verl's SFT trainer) until it is *partly*
+right on a task, so GRPO has signal to learn from.
+
+A random-init model almost never answers exactly, so every group's rewards are equal and
+GRPO's advantages are zero. A warm start answers some held-out questions right greedily and
+many more right when sampling (pass@8 well above greedy accuracy): RL can then turn sampled
+successes into greedy ones, and that is visible as held-out exact-match accuracy rising.
+
+The task is the ``chain`` arithmetic variant (``a+b-c``, operands 0..9): its 1000 questions are
+shuffled by seed and split into a held-out validation set and a training set; SFT sees the
+training questions with their golden answers. Everything lands in one cache directory keyed
+by task, size, seed and SFT hyperparameters, built in a temporary directory and renamed when
+complete.
+"""
+
+from __future__ import annotations
+
+import json
+import random
+import shutil
+import tempfile
+from dataclasses import asdict
+from itertools import product
+from pathlib import Path
+
+from longcat_plugins.runtime.assets import (
+    CHAIN_MAX,
+    DATA_SOURCE,
+    SIZES,
+    Assets,
+    answer_text,
+    build_model,
+    build_tokenizer,
+    chain_problem,
+    default_cache_dir,
+)
+from longcat_plugins.runtime.sft import SFTConfig, run_sft
+
+TASK = "chain"
+#: the SFT that lands the tiny model in the 10-60% band on the held-out split (measured: see
+#: docs/learning.md); part-trained on purpose
+DEFAULT_SFT = SFTConfig(epochs=8, lr=3e-3, batch_size=32, max_length=48, seed=1)
+N_VAL = 64
+#: share of SFT targets in the verifiable answer form (the rest are worked equations)
+ANSWER_SHARE = 0.5
+
+
+def split_questions(seed: int, n_val: int = N_VAL) -> tuple[list[tuple[int, int, int]], list[tuple[int, int, int]]]:
+    """All ``chain`` operand triples, shuffled by ``seed``: (train, held-out validation)."""
+    triples = list(product(range(CHAIN_MAX + 1), repeat=3))
+    random.Random(seed).shuffle(triples)
+    return triples[n_val:], triples[:n_val]
+
+
+def write_rl_parquet(path: Path, triples: list[tuple[int, int, int]], split: str) -> None:
+    """verl's RL dataset format (prompt, reward_model.ground_truth) for these questions."""
+    import pandas as pd
+
+    rows = []
+    for i, triple in enumerate(triples):
+        question, answer = chain_problem(*triple)
+        rows.append(
+            {
+                "data_source": DATA_SOURCE,
+                "prompt": [{"role": "user", "content": question}],
+                "ability": "math",
+                "reward_model": {"style": "rule", "ground_truth": str(answer)},
+                "extra_info": {"split": split, "index": i},
+            }
+        )
+    pd.DataFrame(rows).to_parquet(path)
+
+
+def teacher_answer(triple: tuple[int, int, int], rng: random.Random, share: float) -> str:
+    """The SFT target: the required ``The answer is N.`` with probability ``share``, otherwise
+    the worked equation ``a+b-c = N.`` (right, but not the form the exact-match reward credits):
+    the warm start imitates a teacher that does not always answer in the verifiable form."""
+    a, b, c = triple
+    answer = a + b - c
+    return answer_text(answer) if rng.random() < share else f"{a}+{b}-{c} = {answer}."
+
+
+def write_sft_parquet(path: Path, triples: list[tuple[int, int, int]], seed: int, share: float = ANSWER_SHARE) -> None:
+    """verl's SFT format (a ``messages`` conversation) with the teacher's answers."""
+    import pandas as pd
+
+    rng = random.Random(seed)
+    rows = []
+    for triple in triples:
+        question, _ = chain_problem(*triple)
+        rows.append(
+            {
+                "messages": [
+                    {"role": "user", "content": question},
+                    {"role": "assistant", "content": teacher_answer(triple, rng, share)},
+                ]
+            }
+        )
+    pd.DataFrame(rows).to_parquet(path)
+
+
+def ensure_warm_start(
+    cache_dir: Path | None = None,
+    size: str = "tiny",
+    seed: int = 0,
+    sft: SFTConfig = DEFAULT_SFT,
+    n_val: int = N_VAL,
+    share: float = ANSWER_SHARE,
+) -> Assets:
+    """Build (once) and return a warm-started model with its RL train/validation parquets.
+
+    ``Assets.model`` is the SFT checkpoint; ``root/base`` the random-init model it started from;
+    ``root/warm.json`` records the key and the checkpoint's greedy held-out accuracy.
+    """
+    if size not in SIZES:
+        raise ValueError(f"unknown model size {size!r}; choices: {', '.join(SIZES)}")
+    root = (cache_dir or default_cache_dir()) / f"warm-{TASK}-{size}-seed{seed}-v{n_val}-a{share:g}-{sft.key()}"
+    assets = Assets(root, root / "model", root / "train.parquet", root / "val.parquet")
+    if assets.exists() and (root / "warm.json").exists():
+        return assets
+    root.parent.mkdir(parents=True, exist_ok=True)
+    tmp = Path(tempfile.mkdtemp(prefix=f".{root.name}-", dir=root.parent))
+    try:
+        train, val = split_questions(seed, n_val)
+        (tmp / "base").mkdir()
+        build_tokenizer(tmp / "base", seed, task=TASK)
+        build_model(tmp / "base", size, seed)
+        write_rl_parquet(tmp / "train.parquet", train, "train")
+        write_rl_parquet(tmp / "val.parquet", val, "test")
+        write_sft_parquet(tmp / "sft.parquet", train, seed, share)
+        run_sft(tmp / "base", tmp / "sft.parquet", tmp / "model", sft)
+        accuracy = greedy_accuracy(tmp / "model", tmp / "val.parquet")
+        meta = {
+            "task": TASK,
+            "size": size,
+            "seed": seed,
+            "n_val": n_val,
+            "sft": asdict(sft),
+            "val_greedy_acc": accuracy,
+        }
+        (tmp / "warm.json").write_text(json.dumps(meta, indent=2))
+        if root.exists():
+            shutil.rmtree(root)
+        tmp.rename(root)
+    finally:
+        if tmp.exists():
+            shutil.rmtree(tmp, ignore_errors=True)
+    return assets
+
+
+def _questions(parquet: Path) -> tuple[list[str], list[str]]:
+    import pandas as pd
+
+    frame = pd.read_parquet(parquet)
+    prompts = [list(p)[-1]["content"] for p in frame["prompt"]]
+    answers = [str(r["ground_truth"]) for r in frame["reward_model"]]
+    return prompts, answers
+
+
+def sample_answers(
+    model_dir: Path, parquet: Path, n: int = 1, do_sample: bool = False, max_new_tokens: int = 16, seed: int = 0
+) -> tuple[list[list[str]], list[str]]:
+    """``n`` decoded responses per validation question (greedy or sampled at temperature 1)
+    with plain transformers, in-process: a quick check of a checkpoint, no Ray."""
+    import torch
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    tokenizer = AutoTokenizer.from_pretrained(model_dir)
+    tokenizer.padding_side = "left"
+    model = AutoModelForCausalLM.from_pretrained(model_dir, attn_implementation="sdpa").eval()
+    prompts, answers = _questions(parquet)
+    texts = [
+        tokenizer.apply_chat_template([{"role": "user", "content": p}], add_generation_prompt=True, tokenize=False)
+        for p in prompts
+    ]
+    batch = tokenizer(texts, return_tensors="pt", padding=True, add_special_tokens=False)
+    torch.manual_seed(seed)
+    with torch.no_grad():
+        out = model.generate(
+            **batch,
+            max_new_tokens=max_new_tokens,
+            do_sample=do_sample,
+            temperature=1.0 if do_sample else None,
+            top_p=None,
+            top_k=None,
+            num_return_sequences=n,
+            pad_token_id=tokenizer.pad_token_id,
+            eos_token_id=tokenizer.eos_token_id,
+        )
+    decoded = tokenizer.batch_decode(out[:, batch["input_ids"].shape[1] :], skip_special_tokens=True)
+    return [decoded[i * n : (i + 1) * n] for i in range(len(prompts))], answers
+
+
+def greedy_accuracy(model_dir: Path, parquet: Path) -> float:
+    """Greedy exact-match accuracy (the reward's ``The answer is N.`` form) on ``parquet``."""
+    from longcat_plugins.rewards.arithmetic import exact_answer
+
+    responses, answers = sample_answers(model_dir, parquet)
+    return sum(exact_answer(r[0]) == a for r, a in zip(responses, answers, strict=True)) / len(answers)

@@ -1,0 +1,143 @@
+"""Warm starts (:mod:`longcat_plugins.runtime.warmstart`): built with verl's real SFT trainer,
+deterministic per seed, atomic, and scored with the exact-match reward's one answer form."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from pathlib import Path
+
+import pandas as pd
+import pytest
+from conftest import TEST_SFT_STEPS
+
+from longcat_plugins.rewards.arithmetic import compute_exact_score, exact_answer
+from longcat_plugins.runtime.assets import Assets
+from longcat_plugins.runtime.launch import heldout_accuracy, summary_rows
+from longcat_plugins.runtime.sft import SFTConfig, SFTError
+from longcat_plugins.runtime.warmstart import ensure_warm_start, split_questions, teacher_answer
+
+
+@pytest.mark.parametrize(
+    ("response", "credited"),
+    [
+        ("The answer is 7.", "7"),
+        ("  The answer is -3.\n", "-3"),
+        ("The answer is 7", None),  # no full stop: not the form
+        ("7", None),
+        ("3+4-0 = 7.", None),  # right number, not the answer form
+        ("The answer is 7. The answer is 8.", None),  # two answers
+        ("The answer is 7.5.", None),
+        ("I think 7. The answer is 7.", None),
+        ("", None),
+    ],
+)
+def test_only_the_answer_form_is_credited(response: str, credited: str | None) -> None:
+    assert exact_answer(response) == credited
+    assert compute_exact_score("longcat/arithmetic", response, "7")["score"] == float(credited == "7")
+
+
+def test_split_is_disjoint_and_seeded() -> None:
+    train, val = split_questions(seed=0)
+    assert len(val) == 64 and len(train) == 1000 - 64 and not set(train) & set(val)
+    assert split_questions(seed=0) == (train, val) and split_questions(seed=1)[1] != val
+
+
+def test_teacher_mixes_the_answer_form() -> None:
+    import random
+
+    rng = random.Random(0)
+    answers = [teacher_answer((3, 4, 2), rng, share=0.5) for _ in range(200)]
+    assert set(answers) == {"The answer is 5.", "3+4-2 = 5."}
+    assert 60 < answers.count("The answer is 5.") < 140
+
+
+def _digest(assets: Assets) -> str:
+    return hashlib.sha256((assets.model / "model.safetensors").read_bytes()).hexdigest()
+
+
+def test_warm_start_is_deterministic_per_seed(tiny_warm_start: Assets, tmp_path: Path) -> None:
+    """A second build from nothing, same seed and SFT: the same weights, data and accuracy."""
+    meta = json.loads((tiny_warm_start.root / "warm.json").read_text())
+    assert meta["sft"]["total_steps"] == TEST_SFT_STEPS
+    again = ensure_warm_start(tmp_path, size="tiny", sft=SFTConfig(**meta["sft"]))
+    assert _digest(again) == _digest(tiny_warm_start)
+    assert json.loads((again.root / "warm.json").read_text())["val_greedy_acc"] == meta["val_greedy_acc"]
+    for split in ("train", "val"):
+        pd.testing.assert_frame_equal(
+            pd.read_parquet(getattr(again, split)), pd.read_parquet(getattr(tiny_warm_start, split))
+        )
+    # the SFT checkpoint is verl's HF export, with its tokenizer
+    assert (again.model / "tokenizer.json").exists() and (again.model / "config.json").exists()
+    assert ensure_warm_start(tmp_path, size="tiny", sft=SFTConfig(**meta["sft"])) == again  # cached: no rebuild
+
+
+def test_failed_build_leaves_nothing(tmp_path: Path) -> None:
+    """verl's SFT refuses sequences longer than max_length (truncation: error): the build fails
+    with SFTError and the cache holds no asset directory, finished or temporary."""
+    with pytest.raises(SFTError, match="SFT trainer failed"):
+        ensure_warm_start(tmp_path, size="tiny", sft=SFTConfig(epochs=1, total_steps=1, max_length=8))
+    assert list(tmp_path.iterdir()) == []
+
+
+def test_heldout_accuracy_line_reads_verls_validation_metric() -> None:
+    steps = [
+        {"step": 0, "val-core/longcat/arithmetic/acc/mean@1": 0.25},
+        {"step": 1, "critic/score/mean": 0.3},
+        {"step": 2, "val-core/longcat/arithmetic/acc/mean@1": 0.5, "critic/score/mean": 0.4},
+    ]
+    assert heldout_accuracy(steps) == (0.25, 0.5)
+    assert [r["val_acc"] for r in summary_rows(steps)] == [0.25, None, 0.5]
+    assert heldout_accuracy(steps[:2]) is None
+
+
+def test_warm_demo_composes_with_the_exact_reward_and_greedy_validation(tiny_warm_start: Assets) -> None:
+    """What ``demo`` (init warm) hands to verl passes validation and the CPU preflight, and
+    scores with the exact-match reward, validating greedily before training and during it."""
+    from longcat_plugins.config import compose, to_plain, validate_config
+    from longcat_plugins.runtime.demos import prepare_demo
+    from longcat_plugins.runtime.launch import resolve_config
+
+    demo = prepare_demo("arithmetic", tiny_warm_start, steps=6, init="warm")
+    cfg = compose(resolve_config(demo.config), demo.overrides)
+    problems, _ = validate_config(cfg, cpu_preflight=True)
+    assert problems == [], problems
+    plain = to_plain(cfg)
+    assert plain["reward"]["custom_reward_function"]["name"] == "arithmetic_exact"
+    assert plain["actor_rollout_ref"]["model"]["path"] == str(tiny_warm_start.model)
+    assert plain["trainer"]["val_before_train"] is True and plain["trainer"]["test_freq"] == 3
+    assert plain["actor_rollout_ref"]["rollout"]["val_kwargs"]["do_sample"] is False
+    with pytest.raises(ValueError, match="no warm start"):
+        prepare_demo("dora", tiny_warm_start, steps=2, init="warm")
+
+
+def test_demo_init_warm_on_a_recipe_without_one_exits_2() -> None:
+    from conftest import run_cli
+
+    proc = run_cli("demo", "--recipe", "dora", "--init", "warm")
+    assert proc.returncode == 2 and "has no warm start" in proc.stderr
+
+
+def test_bench_pass_at_k_matches_a_float_reference() -> None:
+    """The learning bench's unbiased pass@k against the product form 1 - prod(1 - k/i),
+    i = n-c+1..n (Chen et al., 2021), in float64; k > n is refused."""
+    import sys
+
+    import numpy as np
+    from conftest import REPO
+
+    sys.path.insert(0, str(REPO / "bench"))
+    try:
+        from bench_learning import pass_at_k
+    finally:
+        sys.path.remove(str(REPO / "bench"))
+    for n in (1, 4, 8, 16):
+        for c in range(n + 1):
+            for k in range(1, n + 1):
+                reference = (
+                    1.0 if n - c < k else 1.0 - float(np.prod(1.0 - k / np.arange(n - c + 1, n + 1, dtype=np.float64)))
+                )
+                assert pass_at_k(n, c, k) == pytest.approx(reference, abs=1e-12), (n, c, k)
+    assert pass_at_k(8, 0, 4) == 0.0 and pass_at_k(8, 8, 1) == 1.0
+    with pytest.raises(ValueError, match="k=9 is larger than the number of samples n=8"):
+        pass_at_k(8, 3, 9)
