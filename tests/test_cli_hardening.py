@@ -235,7 +235,9 @@ def _probe_imports(*args: str) -> tuple[subprocess.CompletedProcess[str], str]:
         [sys.executable, "-c", IMPORT_PROBE.format(args=list(args))],
         capture_output=True,
         text=True,
-        env={**os.environ, "COLUMNS": "200"},
+        # built-ins only: a third-party plugin installed in this environment (the session's example
+        # plugin) may import verl itself, which is its author's choice, not our start-up
+        env={**os.environ, "COLUMNS": "200", "LONGCAT_PLUGINS_DISABLE_AUTOLOAD": "1"},
         timeout=300,
     )
     heavy = next(line for line in proc.stderr.splitlines() if line.startswith("HEAVY="))
