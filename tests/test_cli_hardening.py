@@ -279,3 +279,27 @@ def test_fuse_dry_run_rejects_a_bad_parameter_value_without_importing_torch(tmp_
 def test_verl_warnings_never_reach_doctor_output() -> None:
     proc = run_cli("doctor")
     assert "engine is not available" not in proc.stdout + proc.stderr
+
+
+def test_validating_in_a_verl_process_registers_lazy_managers_without_half_made_imports() -> None:
+    """The Hydra gate validates inside main_ppo (verl imported): resolving a reward manager's
+    lazy target there must not meet its own module half-initialised (the bridge imports the
+    verl registry first), so nothing is refused and every manager lands in verl's registry."""
+    code = """
+        import logging, warnings
+        warnings.filterwarnings("ignore")
+        logging.basicConfig(level=logging.WARNING, format="%(message)s")
+        import verl
+        from longcat_plugins.config import compose, validate_config
+        problems, _ = validate_config(compose("configs/reward_router_cpu.yaml"))
+        from verl.experimental.reward_loop.reward_manager.registry import REWARD_MANAGER
+        print(problems, sorted(k for k in REWARD_MANAGER if k.startswith("longcat")))
+    """
+    proc = subprocess.run(
+        [sys.executable, "-c", textwrap.dedent(code)], capture_output=True, text=True, cwd=REPO, timeout=300
+    )
+    assert proc.returncode == 0, proc.stderr
+    assert "cannot import" not in proc.stderr, proc.stderr
+    assert (
+        "[] ['longcat_code', 'longcat_genrm', 'longcat_math', 'longcat_router', 'longcat_tool_format']" in proc.stdout
+    )
