@@ -1,0 +1,176 @@
+"""The tool-use warm start: a tiny model SFT'd on golden trajectories of generated environments.
+
+A random model never emits ``<tool_call>``, so the tool-agent demo's rubric reward is 0 for every
+sample and GRPO has nothing to learn from. This builds, once per (size, seed), under the asset
+cache directory:
+
+- ``envs-train/``, ``envs-val/``: generated ``retail`` environments with short golden chains;
+  the validation environments are held out (another generator seed);
+- ``sft.parquet``: the train tasks' golden trajectories (:mod:`longcat_plugins.environments.golden`),
+  rendered in the agent loop's own format;
+- ``base/``: a tokenizer trained on those trajectories (the policy and tool-list lines become
+  single tokens, so a ~3.9K-token prompt of the byte-level tokenizer is ~100 tokens here) and a
+  random model of that vocabulary;
+- ``model/``: ``base`` supervised fine-tuned on ``sft.parquet`` with verl's SFT trainer;
+- ``train.parquet``/``val.parquet``: the RL task rows (noise 0) for ``longcat_tool_agent``.
+
+Everything is written into a temporary directory and renamed into place when complete.
+"""
+
+from __future__ import annotations
+
+import json
+import shutil
+import tempfile
+from dataclasses import asdict, dataclass
+from pathlib import Path
+from typing import Any
+
+from longcat_plugins.environments.generate import GenConfig
+from longcat_plugins.environments.golden import RenderSettings, sft_rows, task_infos, write_sft_parquet
+from longcat_plugins.runtime.assets import SIZES, build_model, build_tokenizer, default_cache_dir
+
+DOMAIN = "retail"
+#: chat template of the tool-agent tokenizer: no newline after an assistant turn, because the
+#: model's own turn ends at its EOS and the agent loop appends the next message right after it;
+#: with this template the SFT token stream is the one the loop builds at rollout time.
+TOOL_CHAT_TEMPLATE = (
+    "{% for message in messages %}<|{{ message['role'] }}|>{{ message['content'] }}</s>"
+    "{% if message['role'] != 'assistant' %}\n{% endif %}{% endfor %}"
+    "{% if add_generation_prompt %}<|assistant|>{% endif %}"
+)
+#: short golden chains (the generator's minimum is a lookup then an action)
+SHORT_CHAINS = GenConfig(min_chain=1, max_chain=2)
+#: how the warm start's trajectories are rendered; the demo's loop settings must agree
+RENDER = RenderSettings(tools_style="compact", render_tools="auto")
+
+
+@dataclass(frozen=True)
+class ToolWarmStart:
+    root: Path
+    model: Path
+    base: Path
+    sft: Path
+    train: Path
+    val: Path
+
+    def exists(self) -> bool:
+        return (self.model / "config.json").exists() and self.train.exists() and self.val.exists()
+
+
+@dataclass(frozen=True)
+class WarmStartPlan:
+    """What to build: sizes of the data and of the SFT run."""
+
+    size: str = "tiny"
+    seed: int = 0
+    train_envs: int = 24
+    val_envs: int = 6
+    vocab_size: int = 1024
+    sft_epochs: int = 30
+    sft_lr: float = 3e-3
+
+
+def static_lines(rows: list[dict[str, Any]]) -> list[str]:
+    """Lines of the system prompts that recur across environments (the policy and tool signatures).
+
+    They become single tokens: a model reads them as symbols, and the prompt shrinks ~30x.
+    """
+    counts: dict[str, int] = {}
+    for row in rows:
+        for line in {ln for ln in row["messages"][0]["content"].split("\n") if len(ln) > 8}:
+            counts[line] = counts.get(line, 0) + 1
+    return sorted(line for line, n in counts.items() if n >= 2)
+
+
+def build_tool_tokenizer(out: Path, rows: list[dict[str, Any]], seed: int, vocab_size: int) -> None:
+    """A BPE tokenizer trained on the rendered trajectories, plus the recurring system-prompt lines as tokens."""
+    from jinja2 import Template
+    from transformers import AutoTokenizer
+
+    template = Template(TOOL_CHAT_TEMPLATE)
+    corpus = [template.render(messages=r["messages"], add_generation_prompt=False) for r in rows]
+    build_tokenizer(out, seed, vocab_size, corpus=corpus, chat_template=TOOL_CHAT_TEMPLATE)
+    tok = AutoTokenizer.from_pretrained(out)
+    tok.add_tokens(static_lines(rows))
+    tok.save_pretrained(out)
+
+
+def rl_rows(tasks_parquet: Path, out: Path, split: str) -> None:
+    """The env generator's task rows at noise 0 (the warm start's distribution), written atomically."""
+    import pandas as pd
+
+    rows = pd.read_parquet(tasks_parquet)
+    rows["extra_info"] = [{**dict(i), "split": split, "noise_level": 0} for i in rows["extra_info"]]
+    tmp = out.with_name(out.name + ".tmp")
+    rows.to_parquet(tmp)
+    tmp.replace(out)
+
+
+def prepare_data(tmp: Path, plan: WarmStartPlan) -> list[dict[str, Any]]:
+    """Environments, RL rows, SFT rows and the tokenizer + random model under ``tmp``; returns the SFT rows."""
+    from longcat_plugins.environments.envgen import generate_environments
+
+    generate_environments(DOMAIN, plan.train_envs, tmp / "envs-train", seed=plan.seed, config=SHORT_CHAINS)
+    generate_environments(
+        DOMAIN, plan.val_envs, tmp / "envs-val", seed=plan.seed + 10_000, config=SHORT_CHAINS, split="test"
+    )
+    rl_rows(tmp / "envs-train" / "tasks.parquet", tmp / "train.parquet", "train")
+    rl_rows(tmp / "envs-val" / "tasks.parquet", tmp / "val.parquet", "test")
+
+    class _NoTemplateTools:  # the tool tokenizer's template has no tools slot: tools go to the system prompt
+        chat_template = TOOL_CHAT_TEMPLATE
+
+    rows = sft_rows(task_infos(tmp / "envs-train" / "tasks.parquet"), _NoTemplateTools(), RENDER)
+    write_sft_parquet(rows, tmp / "sft.parquet")
+    (tmp / "base").mkdir()
+    build_tool_tokenizer(tmp / "base", rows, plan.seed, plan.vocab_size)
+    build_model(tmp / "base", plan.size, plan.seed)
+    return rows
+
+
+def ensure_tool_warm_start(cache_dir: Path | None = None, plan: WarmStartPlan | None = None) -> ToolWarmStart:
+    """Build (once) and return the tool-use warm start for ``plan`` (see the module doc)."""
+    plan = plan or WarmStartPlan()
+    if plan.size not in SIZES:
+        raise ValueError(f"unknown model size {plan.size!r}; choices: {', '.join(SIZES)}")
+    root = (cache_dir or default_cache_dir()) / f"toolwarm-{plan.size}-seed{plan.seed}"
+    built = ToolWarmStart(
+        root, root / "model", root / "base", root / "sft.parquet", root / "train.parquet", root / "val.parquet"
+    )
+    if built.exists():
+        return built
+    root.parent.mkdir(parents=True, exist_ok=True)
+    tmp = Path(tempfile.mkdtemp(prefix=f".{root.name}-", dir=root.parent))
+    try:
+        prepare_data(tmp, plan)
+        _fix_env_paths(tmp, root)
+        from longcat_plugins.runtime.sft import run_sft
+
+        run_sft(
+            tmp / "base", tmp / "sft.parquet", tmp / "model", epochs=plan.sft_epochs, lr=plan.sft_lr, seed=plan.seed
+        )
+        (tmp / "warmstart.json").write_text(json.dumps(asdict(plan), indent=2))
+        if root.exists():
+            shutil.rmtree(root)
+        tmp.rename(root)
+    finally:
+        if tmp.exists():
+            shutil.rmtree(tmp, ignore_errors=True)
+    return built
+
+
+def _fix_env_paths(tmp: Path, root: Path) -> None:
+    """Point the rows' absolute ``env_path`` at where the environments will live after the rename."""
+    import pandas as pd
+
+    for name in ("train.parquet", "val.parquet", "sft.parquet"):
+        path = tmp / name
+        df = pd.read_parquet(path)
+        if "extra_info" in df.columns:
+            df["extra_info"] = [
+                {**dict(i), "env_path": str(i["env_path"]).replace(str(tmp), str(root))} for i in df["extra_info"]
+            ]
+        if "env_path" in df.columns:
+            df["env_path"] = [str(p).replace(str(tmp), str(root)) for p in df["env_path"]]
+        df.to_parquet(path)
