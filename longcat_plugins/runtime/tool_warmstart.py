@@ -174,3 +174,47 @@ def _fix_env_paths(tmp: Path, root: Path) -> None:
         if "env_path" in df.columns:
             df["env_path"] = [str(p).replace(str(tmp), str(root)) for p in df["env_path"]]
         df.to_parquet(path)
+
+
+#: where the loop's settings live in a recipe
+_LOOP = "longcat.settings.environment.longcat_tool_agent"
+
+
+def warm_overrides(warm: ToolWarmStart, steps: int) -> list[str]:
+    """Overrides of ``tool_agent_cpu.yaml`` that train the warm start on its own task distribution.
+
+    Noise 0 and no context resets (the SFT trajectories have neither), turns long enough for one
+    hermes call, and a greedy validation on the held-out environments before training and after
+    the last step (the demo's ``held-out success`` line).
+    """
+    return [
+        f"actor_rollout_ref.model.path={warm.model}",
+        f"data.train_files={warm.train}",
+        f"data.val_files={warm.val}",
+        "data.max_prompt_length=512",
+        "data.max_response_length=320",
+        "data.train_batch_size=8",
+        "actor_rollout_ref.rollout.n=4",
+        "actor_rollout_ref.actor.ppo_mini_batch_size=8",
+        "actor_rollout_ref.actor.ppo_micro_batch_size_per_gpu=8",
+        "actor_rollout_ref.rollout.log_prob_micro_batch_size_per_gpu=8",
+        "actor_rollout_ref.ref.log_prob_micro_batch_size_per_gpu=8",
+        "actor_rollout_ref.actor.optim.lr=2e-4",
+        f"{_LOOP}.noise_curriculum.enabled=false",
+        f"{_LOOP}.discard_turns=0",
+        f"{_LOOP}.discard_turns_growth=0",
+        f"{_LOOP}.max_turn_tokens=64",
+        f"{_LOOP}.max_turns=4",
+        "trainer.val_before_train=true",
+        f"trainer.test_freq={steps}",
+    ]
+
+
+#: the validation metric of the tool agent's rubric success (``acc`` of the loop's reward info)
+HELD_OUT_METRIC = f"val-core/longcat_env/{DOMAIN}/acc/mean@1"
+
+
+def held_out_success(steps: list[dict[str, Any]]) -> tuple[float, float] | None:
+    """(first, last) held-out success from a run's per-step metrics, or None without two validations."""
+    values = [s[HELD_OUT_METRIC] for s in steps if HELD_OUT_METRIC in s]
+    return (float(values[0]), float(values[-1])) if len(values) >= 2 else None
