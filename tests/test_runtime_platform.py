@@ -48,6 +48,7 @@ PROBE = """
         "device": p.device_name,
         "resource": p.ray_resource_name(),
         "backend_fixed": getattr(distributed.initialize_global_process_group_ray, "__longcat_fixed__", False),
+        "sft_backend_fixed": getattr(distributed.initialize_global_process_group, "__longcat_fixed__", False),
         "fsdp_devices": fsdp_devices,
         "applied": sorted(APPLIED),
         "poll_fixed": getattr(replay_buffer.ReplayBuffer.__init__, "__longcat_fixed__", False),
@@ -65,8 +66,10 @@ def probe(env: dict[str, str]) -> dict:
 def test_cpu_runtime_in_a_fresh_verl_process() -> None:
     out = probe({"LONGCAT_RUNTIME": "cpu"})
     assert (out["device"], out["resource"]) == ("cpu", "GPU")
-    assert out["backend_fixed"] and "cpu" in out["fsdp_devices"]
-    assert {"process_group_backend", "engine_registry_cpu", "v1_poll_interval"} <= set(out["applied"])
+    assert out["backend_fixed"] and out["sft_backend_fixed"] and "cpu" in out["fsdp_devices"]
+    assert {"process_group_backend", "sft_process_group", "engine_registry_cpu", "v1_poll_interval"} <= set(
+        out["applied"]
+    )
     assert out["poll_fixed"]
     assert out["tensor_on_device"] == "cpu"
 
@@ -74,5 +77,10 @@ def test_cpu_runtime_in_a_fresh_verl_process() -> None:
 def test_fixes_stay_out_when_the_runtime_is_off() -> None:
     out = probe({"LONGCAT_RUNTIME": "off", "VERL_PLATFORM": ""})
     assert out["device"] != "cpu"
-    assert not out["backend_fixed"] and "cpu" not in out["fsdp_devices"] and out["applied"] == []
+    assert (
+        not out["backend_fixed"]
+        and not out["sft_backend_fixed"]
+        and "cpu" not in out["fsdp_devices"]
+        and out["applied"] == []
+    )
     assert not out["poll_fixed"]

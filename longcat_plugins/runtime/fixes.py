@@ -72,6 +72,34 @@ def fix_process_group_backend(module: ModuleType) -> None:
     module.initialize_global_process_group_ray = initialize_global_process_group_ray
 
 
+@guarded("sft_process_group")
+def fix_sft_process_group(module: ModuleType) -> None:
+    """The SPMD twin of :func:`fix_process_group_backend`: ``initialize_global_process_group``
+    (what ``verl.trainer.sft_trainer`` calls under torchrun) builds the same doubled
+    ``"cpu:gloo,cpu:gloo"`` backend. On the CPU runtime it starts a plain ``gloo`` group from
+    the torchrun environment and returns what verl's does: (local_rank, rank, world_size)."""
+    original = module.initialize_global_process_group
+    if getattr(original, "__longcat_fixed__", False):
+        return
+    import os
+    from datetime import timedelta
+
+    import torch.distributed
+
+    @functools.wraps(original)
+    def initialize_global_process_group(timeout_second: int = 36000) -> tuple[int, int, int]:
+        if not torch.distributed.is_initialized():
+            torch.distributed.init_process_group(
+                backend="gloo",
+                timeout=timedelta(seconds=timeout_second),
+                init_method=os.environ.get("DIST_INIT_METHOD"),
+            )
+        return int(os.environ["LOCAL_RANK"]), int(os.environ["RANK"]), int(os.environ["WORLD_SIZE"])
+
+    initialize_global_process_group.__longcat_fixed__ = True  # type: ignore[attr-defined]
+    module.initialize_global_process_group = initialize_global_process_group
+
+
 @guarded("engine_registry_cpu")
 def fix_engine_registry(module: ModuleType) -> None:
     """verl registers its FSDP engines for devices ``cuda``/``npu`` only; make the same
@@ -130,7 +158,7 @@ def fix_v1_poll_interval(module: ModuleType) -> None:
 
 #: verl module -> fixes to run right after it is imported
 FIXES: dict[str, list[Callable[[ModuleType], None]]] = {
-    "verl.utils.distributed": [fix_process_group_backend],
+    "verl.utils.distributed": [fix_process_group_backend, fix_sft_process_group],
     "verl.workers.engine": [fix_engine_registry],
     "verl.workers.engine.fsdp": [fix_pin_memory],
     "verl.trainer.ppo.v1.replay_buffer": [fix_v1_poll_interval],

@@ -1,0 +1,73 @@
+"""verl's SFT trainer on the CPU runtime (:mod:`longcat_plugins.runtime.sft`): bad input is
+refused in the driver, naming the argument, and leaves nothing behind."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pandas as pd
+import pytest
+
+from longcat_plugins.runtime.sft import SFTConfig, SFTError, build_command, check_sft_inputs, run_sft
+
+
+def _messages(path: Path) -> Path:
+    rows = [{"messages": [{"role": "user", "content": "1+1?"}, {"role": "assistant", "content": "2"}]}]
+    pd.DataFrame(rows).to_parquet(path)
+    return path
+
+
+def _model(path: Path, nbytes: int = 4000) -> Path:
+    path.mkdir()
+    (path / "config.json").write_text("{}")
+    (path / "model.safetensors").write_bytes(b"\0" * nbytes)
+    return path
+
+
+def test_not_a_checkpoint(tmp_path: Path) -> None:
+    with pytest.raises(SFTError, match=r"base_model: .* \(no config.json\)"):
+        run_sft(tmp_path, _messages(tmp_path / "d.parquet"), tmp_path / "out")
+    assert not (tmp_path / "out").exists()
+
+
+def test_no_messages_column(tmp_path: Path) -> None:
+    bad = tmp_path / "bad.parquet"
+    pd.DataFrame([{"prompt": "x"}]).to_parquet(bad)
+    with pytest.raises(SFTError, match=r"train_files: .*bad.parquet.* no 'messages' column"):
+        check_sft_inputs(_model(tmp_path / "m"), [bad])
+
+
+def test_missing_parquet(tmp_path: Path) -> None:
+    with pytest.raises(SFTError, match=r"train_files: .*nope.parquet.* does not exist"):
+        check_sft_inputs(_model(tmp_path / "m"), [tmp_path / "nope.parquet"])
+
+
+def test_model_too_large_for_free_ram(tmp_path: Path) -> None:
+    model = _model(tmp_path / "m", nbytes=4 * 1000)  # 1000 fp32 parameters -> 16 kB for SFT
+    check_sft_inputs(model, [_messages(tmp_path / "d.parquet")], available_bytes=16_000)
+    with pytest.raises(SFTError, match=r"base_model: SFT of .* needs about .* GiB .* free"):
+        check_sft_inputs(model, [_messages(tmp_path / "d.parquet")], available_bytes=15_999)
+
+
+def test_existing_out_is_never_overwritten(tmp_path: Path) -> None:
+    (tmp_path / "out").mkdir()
+    (tmp_path / "out" / "keep").write_text("x")
+    with pytest.raises(SFTError, match=r"out: .* already exists"):
+        run_sft(_model(tmp_path / "m"), _messages(tmp_path / "d.parquet"), tmp_path / "out")
+    assert (tmp_path / "out" / "keep").read_text() == "x"
+
+
+def test_failed_child_leaves_nothing(tmp_path: Path) -> None:
+    """A real verl child that fails (the 'model' is not loadable): a clear error, no output dir,
+    no temporary directory left behind."""
+    with pytest.raises(SFTError, match=r"verl's SFT trainer failed \(exit [1-9]"):
+        run_sft(_model(tmp_path / "m"), _messages(tmp_path / "d.parquet"), tmp_path / "out", SFTConfig(epochs=1))
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["d.parquet", "m"]
+
+
+def test_command_is_verl_sft_trainer_on_the_cpu(tmp_path: Path) -> None:
+    cmd = build_command(tmp_path / "m", [tmp_path / "a.parquet"], tmp_path / "w", SFTConfig(lr=3e-3, epochs=2))
+    assert cmd[1:3] == ["-m", "verl.trainer.sft_trainer"]
+    assert "engine.strategy=fsdp2" in cmd and "trainer.device=cpu" in cmd
+    assert "optim.lr=0.003" in cmd and "trainer.total_epochs=2" in cmd
+    assert "checkpoint.save_contents=[hf_model]" in cmd
