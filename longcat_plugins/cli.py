@@ -244,6 +244,13 @@ def assets(size: str, seed: int, cache_dir: str | None) -> None:
     show_default=True,
     help="; ".join(f"{name}: {summary}" for name, (_, summary) in DEMO_RECIPES.items()),
 )
+@click.option(
+    "--init",
+    type=click.Choice(["warm", "random"]),
+    default="warm",
+    show_default=True,
+    help="tool_agent: warm starts from a model SFT'd on golden tool-use trajectories; random: the random model",
+)
 @click.option("--out", type=click.Path(file_okay=False), help="run directory (default: ./outputs/demo-<time>)")
 @click.option("--cache-dir", type=click.Path(file_okay=False), help="where the tiny assets are built")
 @click.argument("overrides", nargs=-1, type=click.UNPROCESSED)
@@ -252,6 +259,7 @@ def demo(
     size: str,
     trainer_kind: str,
     recipe: str,
+    init: str,
     out: str | None,
     cache_dir: str | None,
     overrides: tuple[str, ...],
@@ -270,9 +278,15 @@ def demo(
         sys.exit(2)
     with console.status(f"building the {size} model, tokenizer and {recipe} data (once)"):
         built = ensure_assets(Path(cache_dir) if cache_dir else None, size=size)
-        prepared = prepare_demo(recipe, built, steps)
+        prepared = prepare_demo(recipe, built, steps, init=init)
     demo_overrides = [*prepared.overrides, f"trainer.use_v1={'true' if trainer_kind == 'v1' else 'false'}"]
-    _train(prepared.config, demo_overrides + list(overrides), out, steps)
+    result = _train(prepared.config, demo_overrides + list(overrides), out, steps)
+    if recipe == "tool_agent" and init == "warm":
+        from longcat_plugins.runtime.tool_warmstart import held_out_success
+
+        success = held_out_success(result.steps)
+        if success is not None:  # one fixed form, so scripts can read it
+            console.print(f"held-out success: {100 * success[0]:.1f}% -> {100 * success[1]:.1f}%")
 
 
 @main.command(context_settings={"ignore_unknown_options": True})
@@ -285,7 +299,7 @@ def train(config: str, overrides: tuple[str, ...], out: str | None) -> None:
     _train(config, list(overrides), out, None)
 
 
-def _train(config: str, overrides: list[str], out: str | None, steps: int | None) -> None:
+def _train(config: str, overrides: list[str], out: str | None, steps: int | None) -> Any:
     import time
     from pathlib import Path
 
@@ -335,6 +349,7 @@ def _train(config: str, overrides: list[str], out: str | None, steps: int | None
     console.print(table)
     console.print(f"run dir:     {result.run_dir}\nlog:         {result.log}\nmetrics:     {result.metrics}")
     console.print(f"checkpoints: {result.checkpoints}")
+    return result
 
 
 from longcat_plugins.fusion.cli import fuse  # noqa: E402

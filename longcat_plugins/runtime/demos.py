@@ -36,10 +36,16 @@ class Demo:
     overrides: list[str]
 
 
-def prepare_demo(recipe: str, built: Assets, steps: int) -> Demo:
-    """The recipe's config and the overrides that point it at locally built data."""
+def prepare_demo(recipe: str, built: Assets, steps: int, init: str = "warm") -> Demo:
+    """The recipe's config and the overrides that point it at locally built data.
+
+    ``init``: "warm" starts ``tool_agent`` from the tool-use warm start (an SFT'd model that makes
+    tool calls, so the rubric reward varies within groups); "random" from the random tiny model.
+    """
     if recipe not in RECIPES:
         raise ValueError(f"unknown demo recipe {recipe!r}; choices: {', '.join(RECIPES)}")
+    if init not in ("warm", "random"):
+        raise ValueError(f"init must be 'warm' or 'random', got {init!r}")
     overrides = [
         f"actor_rollout_ref.model.path={built.model}",
         f"trainer.total_training_steps={steps}",
@@ -47,6 +53,11 @@ def prepare_demo(recipe: str, built: Assets, steps: int) -> Demo:
     ]
     if recipe == "arithmetic":
         overrides += [f"data.train_files={built.train}", f"data.val_files={built.val}"]
+    elif recipe == "tool_agent" and init == "warm":
+        from longcat_plugins.runtime.tool_warmstart import ensure_tool_warm_start, warm_overrides
+
+        warm = warm_overrides(ensure_tool_warm_start(built.root.parent), steps)
+        overrides = [o for o in overrides if not o.startswith("actor_rollout_ref.model.path=")] + warm
     elif recipe == "tool_agent":
         train, val = _tool_agent_data(built.root / "demo-envs-retail")
         overrides += [f"data.train_files={train}", f"data.val_files={val}"]

@@ -29,6 +29,7 @@ from typing import Any
 from longcat_plugins.environments.generate import GenConfig
 from longcat_plugins.environments.golden import RenderSettings, sft_rows, task_infos, write_sft_parquet
 from longcat_plugins.runtime.assets import SIZES, build_model, build_tokenizer, default_cache_dir
+from longcat_plugins.runtime.sft import SFTConfig
 
 DOMAIN = "retail"
 #: chat template of the tool-agent tokenizer: no newline after an assistant turn, because the
@@ -41,6 +42,8 @@ TOOL_CHAT_TEMPLATE = (
 )
 #: short golden chains (the generator's minimum is a lookup then an action)
 SHORT_CHAINS = GenConfig(min_chain=1, max_chain=2)
+#: warm-up then cosine decay (verl's default is a constant learning rate)
+SFT_SCHEDULE = ("optim.lr_scheduler_type=cosine", "optim.lr_warmup_steps=10")
 #: how the warm start's trajectories are rendered; the demo's loop settings must agree
 RENDER = RenderSettings(tools_style="compact", render_tools="auto")
 
@@ -64,11 +67,18 @@ class WarmStartPlan:
 
     size: str = "tiny"
     seed: int = 0
-    train_envs: int = 24
-    val_envs: int = 6
+    train_envs: int = 150
+    val_envs: int = 10
     vocab_size: int = 1024
-    sft_epochs: int = 30
-    sft_lr: float = 3e-3
+    sft_epochs: int = 9
+    sft_lr: float = 5e-3
+    sft_batch_size: int = 32
+
+    def sft_config(self) -> SFTConfig:
+        """verl SFT hyperparameters: whole trajectories (a few hundred tokens) in each sample."""
+        return SFTConfig(
+            epochs=self.sft_epochs, lr=self.sft_lr, batch_size=self.sft_batch_size, max_length=1024, seed=self.seed
+        )
 
 
 def static_lines(rows: list[dict[str, Any]]) -> list[str]:
@@ -147,9 +157,7 @@ def ensure_tool_warm_start(cache_dir: Path | None = None, plan: WarmStartPlan | 
         _fix_env_paths(tmp, root)
         from longcat_plugins.runtime.sft import run_sft
 
-        run_sft(
-            tmp / "base", tmp / "sft.parquet", tmp / "model", epochs=plan.sft_epochs, lr=plan.sft_lr, seed=plan.seed
-        )
+        run_sft(tmp / "base", tmp / "sft.parquet", tmp / "model", plan.sft_config(), overrides=SFT_SCHEDULE)
         (tmp / "warmstart.json").write_text(json.dumps(asdict(plan), indent=2))
         if root.exists():
             shutil.rmtree(root)
@@ -184,8 +192,8 @@ def warm_overrides(warm: ToolWarmStart, steps: int) -> list[str]:
     """Overrides of ``tool_agent_cpu.yaml`` that train the warm start on its own task distribution.
 
     Noise 0 and no context resets (the SFT trajectories have neither), turns long enough for one
-    hermes call, and a greedy validation on the held-out environments before training and after
-    the last step (the demo's ``held-out success`` line).
+    hermes call, and a greedy validation on the held-out environments before training, every
+    ``steps // 5`` steps and after the last (the demo's ``held-out success`` line).
     """
     return [
         f"actor_rollout_ref.model.path={warm.model}",
@@ -206,7 +214,7 @@ def warm_overrides(warm: ToolWarmStart, steps: int) -> list[str]:
         f"{_LOOP}.max_turn_tokens=64",
         f"{_LOOP}.max_turns=4",
         "trainer.val_before_train=true",
-        f"trainer.test_freq={steps}",
+        f"trainer.test_freq={max(1, steps // 5)}",
     ]
 
 
