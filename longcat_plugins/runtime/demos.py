@@ -13,6 +13,7 @@ leaves nothing half-written behind.
 
 from __future__ import annotations
 
+import json
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -54,9 +55,10 @@ def prepare_demo(recipe: str, built: Assets, steps: int, init: str = "warm") -> 
     if recipe == "arithmetic":
         overrides += [f"data.train_files={built.train}", f"data.val_files={built.val}"]
     elif recipe == "tool_agent" and init == "warm":
-        from longcat_plugins.runtime.tool_warmstart import ensure_tool_warm_start, warm_overrides
+        from longcat_plugins.runtime.tool_warmstart import WarmStartPlan, ensure_tool_warm_start, warm_overrides
 
-        warm = warm_overrides(ensure_tool_warm_start(built.root.parent), steps)
+        size = json.loads((built.root / "assets.json").read_text()).get("size", "tiny")
+        warm = warm_overrides(ensure_tool_warm_start(built.root.parent, WarmStartPlan(size=size)), steps)
         overrides = [o for o in overrides if not o.startswith("actor_rollout_ref.model.path=")] + warm
     elif recipe == "tool_agent":
         train, val = _tool_agent_data(built.root / "demo-envs-retail")

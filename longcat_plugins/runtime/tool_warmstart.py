@@ -151,10 +151,10 @@ def ensure_tool_warm_start(cache_dir: Path | None = None, plan: WarmStartPlan | 
     if built.exists():
         return built
     root.parent.mkdir(parents=True, exist_ok=True)
-    tmp = Path(tempfile.mkdtemp(prefix=f".{root.name}-", dir=root.parent))
+    tmp = Path(tempfile.mkdtemp(prefix=f".{root.name}-", dir=root.parent)).resolve()
     try:
         prepare_data(tmp, plan)
-        _fix_env_paths(tmp, root)
+        _fix_env_paths(tmp, root.resolve())
         from longcat_plugins.runtime.sft import run_sft
 
         run_sft(tmp / "base", tmp / "sft.parquet", tmp / "model", plan.sft_config(), overrides=SFT_SCHEDULE)
@@ -172,7 +172,7 @@ def _fix_env_paths(tmp: Path, root: Path) -> None:
     """Point the rows' absolute ``env_path`` at where the environments will live after the rename."""
     import pandas as pd
 
-    for name in ("train.parquet", "val.parquet", "sft.parquet"):
+    for name in ("train.parquet", "val.parquet", "sft.parquet", "envs-train/tasks.parquet", "envs-val/tasks.parquet"):
         path = tmp / name
         df = pd.read_parquet(path)
         if "extra_info" in df.columns:
@@ -199,8 +199,8 @@ def warm_overrides(warm: ToolWarmStart, steps: int) -> list[str]:
         f"actor_rollout_ref.model.path={warm.model}",
         f"data.train_files={warm.train}",
         f"data.val_files={warm.val}",
-        "data.max_prompt_length=512",
-        "data.max_response_length=320",
+        "data.max_prompt_length=192",  # the longest golden prompt is ~170 tokens with the tool tokenizer
+        "data.max_response_length=384",  # the longest golden trajectory's response is ~270
         "data.train_batch_size=8",
         "actor_rollout_ref.rollout.n=4",
         "actor_rollout_ref.actor.ppo_mini_batch_size=8",
