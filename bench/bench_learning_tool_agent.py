@@ -54,8 +54,10 @@ def main() -> None:
     runs: list[dict[str, Any]] = []
     for seed in args.seeds:
         demo = prepare_demo("tool_agent", built, args.steps, init="warm")
-        overrides = [o for o in demo.overrides if not o.startswith("trainer.save_freq=")]  # no checkpoints
+        # no checkpoints; held-out validation before the first step and after the last only
+        overrides = [o for o in demo.overrides if not o.startswith(("trainer.save_freq=", "trainer.test_freq="))]
         overrides += [f"data.seed={seed}", f"actor_rollout_ref.rollout.seed={seed}", "trainer.save_freq=-1"]
+        overrides += [f"trainer.test_freq={args.steps}"]
         start = time.perf_counter()
         result = run_training(resolve_config(demo.config), overrides, work / f"seed{seed}")
         wall = time.perf_counter() - start

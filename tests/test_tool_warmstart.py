@@ -69,3 +69,8 @@ def test_bad_init_and_size_are_refused_by_name(tmp_path: Path) -> None:
     with pytest.raises(ValueError, match="unknown model size 'huge'"):
         ensure_tool_warm_start(tmp_path, WarmStartPlan(size="huge"))
     assert not list(tmp_path.iterdir())  # nothing written
+
+
+def test_each_plan_builds_into_its_own_cache_directory() -> None:
+    assert WarmStartPlan().key() == WarmStartPlan().key()
+    assert len({WarmStartPlan().key(), WarmStartPlan(sft_epochs=3).key(), WarmStartPlan(seed=1).key()}) == 3

@@ -1,15 +1,15 @@
 """The tool-use warm start: a tiny model SFT'd on golden trajectories of generated environments.
 
 A random model never emits ``<tool_call>``, so the tool-agent demo's rubric reward is 0 for every
-sample and GRPO has nothing to learn from. This builds, once per (size, seed), under the asset
-cache directory:
+sample and GRPO has nothing to learn from. This builds, once per plan (size, seed, data and SFT
+settings: one directory each), under the asset cache directory:
 
 - ``envs-train/``, ``envs-val/``: generated ``retail`` environments with short golden chains;
   the validation environments are held out (another generator seed);
 - ``sft.parquet``: the train tasks' golden trajectories (:mod:`longcat_plugins.environments.golden`),
   rendered in the agent loop's own format;
 - ``base/``: a tokenizer trained on those trajectories (the policy and tool-list lines become
-  single tokens, so a ~3.9K-token prompt of the byte-level tokenizer is ~100 tokens here) and a
+  single tokens, so the ~3.9K-token prompt of the byte-level tokenizer is under 200 tokens here) and a
   random model of that vocabulary;
 - ``model/``: ``base`` supervised fine-tuned on ``sft.parquet`` with verl's SFT trainer;
 - ``train.parquet``/``val.parquet``: the RL task rows (noise 0) for ``longcat_tool_agent``.
@@ -19,6 +19,7 @@ Everything is written into a temporary directory and renamed into place when com
 
 from __future__ import annotations
 
+import hashlib
 import json
 import shutil
 import tempfile
@@ -73,6 +74,10 @@ class WarmStartPlan:
     sft_epochs: int = 9
     sft_lr: float = 5e-3
     sft_batch_size: int = 32
+
+    def key(self) -> str:
+        """A short digest of every field: a changed plan builds into its own cache directory."""
+        return hashlib.sha1(json.dumps(asdict(self), sort_keys=True).encode()).hexdigest()[:10]
 
     def sft_config(self) -> SFTConfig:
         """verl SFT hyperparameters: whole trajectories (a few hundred tokens) in each sample."""
@@ -144,7 +149,7 @@ def ensure_tool_warm_start(cache_dir: Path | None = None, plan: WarmStartPlan | 
     plan = plan or WarmStartPlan()
     if plan.size not in SIZES:
         raise ValueError(f"unknown model size {plan.size!r}; choices: {', '.join(SIZES)}")
-    root = (cache_dir or default_cache_dir()) / f"toolwarm-{plan.size}-seed{plan.seed}"
+    root = (cache_dir or default_cache_dir()) / f"toolwarm-{plan.size}-seed{plan.seed}-{plan.key()}"
     built = ToolWarmStart(
         root, root / "model", root / "base", root / "sft.parquet", root / "train.parquet", root / "val.parquet"
     )
