@@ -37,7 +37,7 @@ class Demo:
     overrides: list[str]
 
 
-def prepare_demo(recipe: str, built: Assets, steps: int, init: str = "warm") -> Demo:
+def prepare_demo(recipe: str, built: Assets, steps: int, init: str = "random") -> Demo:
     """The recipe's config and the overrides that point it at locally built data.
 
     ``init``: "warm" starts ``tool_agent`` from the tool-use warm start (an SFT'd model that makes
