@@ -15,7 +15,7 @@ import pytest
 from longcat_plugins.runtime.launch import resolve_config, run_training
 from longcat_plugins.runtime.tool_warmstart import WarmStartPlan, ensure_tool_warm_start, warm_overrides
 
-PLAN = WarmStartPlan(train_envs=30, val_envs=2, sft_epochs=15, sft_batch_size=32)
+PLAN = WarmStartPlan(train_envs=30, val_envs=2, sft_epochs=30, sft_batch_size=32)
 
 
 @pytest.mark.slow
