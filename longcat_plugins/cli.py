@@ -266,7 +266,7 @@ def assets(size: str, seed: int, cache_dir: str | None) -> None:
 @click.option(
     "--init",
     type=click.Choice(["warm", "random"]),
-    help="warm: start from an SFT warm start (arithmetic's default); random: a random-init model",
+    help="warm: start from an SFT warm start (arithmetic's default; tool_agent: experimental, see docs/environments.md); random: a random-init model",
 )
 @click.option("--out", type=click.Path(file_okay=False), help="run directory (default: ./outputs/demo-<time>)")
 @click.option("--cache-dir", type=click.Path(file_okay=False), help="where the tiny assets are built")
@@ -294,12 +294,12 @@ def demo(
         )
         sys.exit(2)
     init = init or ("warm" if recipe == "arithmetic" else "random")
-    if init == "warm" and recipe != "arithmetic":
+    if init == "warm" and recipe not in ("arithmetic", "tool_agent"):
         err_console.print(f"[red]--init warm: recipe {recipe!r} has no warm start yet; use --init random[/]")
         sys.exit(2)
     steps = steps if steps is not None else (WARM_DEMO_STEPS if init == "warm" else 5)
     cache = Path(cache_dir) if cache_dir else None
-    if init == "warm":
+    if init == "warm" and recipe == "arithmetic":
         from longcat_plugins.runtime.warmstart import ensure_warm_start
 
         with console.status(f"building the {size} warm start (once: tokenizer, model, verl SFT)"):
@@ -307,9 +307,16 @@ def demo(
     else:
         with console.status(f"building the {size} model, tokenizer and {recipe} data (once)"):
             built = ensure_assets(cache, size=size)
-    prepared = prepare_demo(recipe, built, steps, init=init)
+    with console.status(f"preparing the {recipe} demo's data (once)"):
+        prepared = prepare_demo(recipe, built, steps, init=init)
     demo_overrides = [*prepared.overrides, f"trainer.use_v1={'true' if trainer_kind == 'v1' else 'false'}"]
-    _train(prepared.config, demo_overrides + list(overrides), out, steps)
+    result = _train(prepared.config, demo_overrides + list(overrides), out, steps)
+    if recipe == "tool_agent" and init == "warm":
+        from longcat_plugins.runtime.tool_warmstart import held_out_success
+
+        success = held_out_success(result.steps)
+        if success is not None:  # one fixed form, so scripts can read it
+            console.print(f"held-out success: {100 * success[0]:.1f}% -> {100 * success[1]:.1f}%")
 
 
 @main.command(context_settings={"ignore_unknown_options": True})
@@ -322,7 +329,7 @@ def train(config: str, overrides: tuple[str, ...], out: str | None) -> None:
     _train(config, list(overrides), out, None)
 
 
-def _train(config: str, overrides: list[str], out: str | None, steps: int | None) -> None:
+def _train(config: str, overrides: list[str], out: str | None, steps: int | None) -> Any:
     import time
     from pathlib import Path
 
@@ -394,6 +401,7 @@ def _train(config: str, overrides: list[str], out: str | None, steps: int | None
     for what, where in result.logger_dirs().items():  # only the loggers that wrote something
         console.print(f"{what + ':':<12} {where}", markup=False)
     console.print(f"plot:        longcat-plugins plot {result.run_dir}", markup=False)
+    return result
 
 
 def _cell(value: Any) -> str:

@@ -117,6 +117,35 @@ def tools_system_block(schemas: list[dict[str, Any]], style: str = "json") -> st
     )
 
 
+def renders_tools_in_template(tokenizer: Any, render_tools: str) -> bool:
+    """Whether tool schemas go to the chat template (``render_tools``: auto/template/system)."""
+    template = str(getattr(tokenizer, "chat_template", "") or "")
+    return render_tools == "template" or (render_tools == "auto" and "tools" in template)
+
+
+def opening_messages(
+    episode: Any, tools_style: str, tools_in_template: bool
+) -> tuple[dict[str, str], dict[str, str], list[dict[str, Any]] | None]:
+    """(system message, first user message, tools for the chat template or None): how every trajectory starts.
+
+    Public so that warm-start data (:mod:`longcat_plugins.environments.golden`) renders the very
+    prompt the loop sends.
+    """
+    schemas = [plain(s) for s in episode.tool_schemas()]
+    system_text = episode.system_prompt()
+    if not tools_in_template:
+        system_text += tools_system_block(schemas, tools_style)
+    system = {"role": "system", "content": system_text}
+    question = {"role": "user", "content": episode.first_user_message()}
+    return system, question, (schemas if tools_in_template else None)
+
+
+def tool_message_body(content: Any, limit: int) -> str:
+    """A tool result as the loop puts it into the context: text, cut past ``limit`` characters."""
+    body = str(content)
+    return body[:limit] + "...(truncated)" if len(body) > limit else body
+
+
 def _compact_signature(schema: dict[str, Any]) -> str:
     fn = schema.get("function", schema)
     params = fn.get("parameters") or {}
@@ -181,9 +210,7 @@ class LongcatToolAgentLoop(AgentLoopBase):
         self.prompt_length = int(self.rollout_config.prompt_length)
         self.response_length = int(self.rollout_config.response_length)
         self.tool_parser = ToolParser.get_tool_parser(self.settings.tool_parser, self.tokenizer)
-        template = str(getattr(self.tokenizer, "chat_template", "") or "")
-        mode = self.settings.render_tools
-        self.tools_in_template = mode == "template" or (mode == "auto" and "tools" in template)
+        self.tools_in_template = renders_tools_in_template(self.tokenizer, self.settings.render_tools)
         trainer = self.config.get("trainer", {}) if hasattr(self.config, "get") else {}
         self.multi_output = bool(self.settings.segments_as_outputs and trainer.get("use_v1", False))
 
@@ -194,14 +221,8 @@ class LongcatToolAgentLoop(AgentLoopBase):
         extra_info = plain(kwargs.get("extra_info")) or {}
         curriculum, level = await self._curriculum_level(extra_info)
         episode = await asyncio.get_running_loop().run_in_executor(None, lambda: open_episode(extra_info, level))
-        schemas = [plain(s) for s in episode.tool_schemas()]
-        self._parser_tools = _parser_tool_schemas(schemas)
-        system_text = episode.system_prompt()
-        if not self.tools_in_template:
-            system_text += tools_system_block(schemas, self.settings.tools_style)
-        system = {"role": "system", "content": system_text}
-        question = {"role": "user", "content": episode.first_user_message()}
-        template_tools = schemas if self.tools_in_template else None
+        system, question, template_tools = opening_messages(episode, self.settings.tools_style, self.tools_in_template)
+        self._parser_tools = _parser_tool_schemas([plain(s) for s in episode.tool_schemas()])
 
         policy = ContextPolicy(self.settings, global_step=int(plain(kwargs.get("global_steps", 0)) or 0))
         stats = EpisodeStats()
@@ -398,11 +419,7 @@ class LongcatToolAgentLoop(AgentLoopBase):
         if not result.ok:
             stats.tool_errors += 1
             stats.transient_errors += int(bool(getattr(result, "transient", False)))
-        body = str(result.content)
-        limit = self.settings.max_tool_response_chars
-        if len(body) > limit:
-            body = body[:limit] + "...(truncated)"
-        return name, body
+        return name, tool_message_body(result.content, self.settings.max_tool_response_chars)
 
     async def _summarise(
         self,

@@ -33,6 +33,9 @@ from longcat_plugins.environments._agent_loop import (
     Segment,
     ToolAgentSettings,
     load_settings,
+    opening_messages,
+    renders_tools_in_template,
+    tool_message_body,
     tools_system_block,
 )
 from longcat_plugins.environments.episodes import (
@@ -53,5 +56,8 @@ __all__ = [
     "load_environment_cached",
     "load_settings",
     "open_episode",
+    "opening_messages",
+    "renders_tools_in_template",
+    "tool_message_body",
     "tools_system_block",
 ]

@@ -99,7 +99,15 @@ def task_corpus(seed: int = 0, n: int = 2000, max_operand: int = 50, task: str =
     return lines
 
 
-def build_tokenizer(out_dir: Path, seed: int = 0, vocab_size: int = 320, task: str = "add") -> None:
+def build_tokenizer(
+    out_dir: Path,
+    seed: int = 0,
+    vocab_size: int = 320,
+    task: str = "add",
+    corpus: list[str] | None = None,
+    chat_template: str = CHAT_TEMPLATE,
+) -> None:
+    """Train the tokenizer on ``corpus`` (default: the strings of arithmetic ``task``) and save it with ``chat_template``."""
     from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
     from transformers import PreTrainedTokenizerFast
 
@@ -112,13 +120,13 @@ def build_tokenizer(out_dir: Path, seed: int = 0, vocab_size: int = 320, task: s
         initial_alphabet=pre_tokenizers.ByteLevel.alphabet(),
         show_progress=False,
     )
-    tok.train_from_iterator(task_corpus(seed, task=task), trainer=trainer)
+    tok.train_from_iterator(task_corpus(seed, task=task) if corpus is None else corpus, trainer=trainer)
     fast = PreTrainedTokenizerFast(
         tokenizer_object=tok,
         bos_token="<s>",
         eos_token="</s>",
         pad_token="<pad>",
-        chat_template=CHAT_TEMPLATE,
+        chat_template=chat_template,
         model_max_length=1024,
     )
     fast.save_pretrained(out_dir)

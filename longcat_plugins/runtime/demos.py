@@ -16,6 +16,7 @@ leaves nothing half-written behind.
 
 from __future__ import annotations
 
+import json
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -69,7 +70,9 @@ def prepare_demo(recipe: str, built: Assets, steps: int, init: str = "random") -
     ``warm`` when ``built`` is a warm start, see :func:`.warmstart.ensure_warm_start`)."""
     if recipe not in RECIPES:
         raise ValueError(f"unknown demo recipe {recipe!r}; choices: {', '.join(RECIPES)}")
-    if init == "warm" and recipe != "arithmetic":
+    if init not in ("warm", "random"):
+        raise ValueError(f"init must be 'warm' or 'random', got {init!r}")
+    if init == "warm" and recipe not in ("arithmetic", "tool_agent"):
         raise ValueError(f"--init warm: recipe {recipe!r} has no warm start yet; use --init random")
     overrides = [
         f"actor_rollout_ref.model.path={built.model}",
@@ -80,6 +83,12 @@ def prepare_demo(recipe: str, built: Assets, steps: int, init: str = "random") -
         overrides += [f"data.train_files={built.train}", f"data.val_files={built.val}"]
         if init == "warm":
             overrides += [*WARM_OVERRIDES, f"trainer.test_freq={min(WARM_TEST_FREQ, steps)}"]
+    elif recipe == "tool_agent" and init == "warm":
+        from longcat_plugins.runtime.tool_warmstart import WarmStartPlan, ensure_tool_warm_start, warm_overrides
+
+        size = json.loads((built.root / "assets.json").read_text()).get("size", "tiny")
+        warm = warm_overrides(ensure_tool_warm_start(built.root.parent, WarmStartPlan(size=size)), steps)
+        overrides = [o for o in overrides if not o.startswith("actor_rollout_ref.model.path=")] + warm
     elif recipe == "tool_agent":
         train, val = _tool_agent_data(built.root / "demo-envs-retail")
         overrides += [f"data.train_files={train}", f"data.val_files={val}"]

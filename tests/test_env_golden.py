@@ -1,0 +1,130 @@
+"""Warm-start SFT data: golden trajectories rendered in exactly the ``longcat_tool_agent`` loop's format.
+
+The checks go through verl's own pieces: the hermes ``ToolParser`` reads each rendered assistant
+turn back to the golden call, verl's ``MultiTurnSFTDataset`` tokenises each row, and the real
+agent loop, replaying the rendered assistant turns from a scripted server, builds the very same
+token stream (with the SFT loss on exactly the tokens the loop marks as the model's).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+from pathlib import Path
+from typing import Any
+
+import pytest
+from env_agent_helpers import ScriptedServer, make_loop
+from omegaconf import OmegaConf
+from verl.experimental.agent_loop.tool_parser import ToolParser
+from verl.utils.dataset.multiturn_sft_dataset import MultiTurnSFTDataset
+
+from longcat_plugins.environments.agent_loop import ToolAgentSettings
+from longcat_plugins.environments.envgen import generate_environments
+from longcat_plugins.environments.golden import (
+    GoldenChainError,
+    golden_messages,
+    sft_rows,
+    task_infos,
+    write_sft_parquet,
+)
+from longcat_plugins.runtime.tool_warmstart import RENDER, SHORT_CHAINS, TOOL_CHAT_TEMPLATE, build_tool_tokenizer
+
+
+class _TemplateOnly:
+    chat_template = TOOL_CHAT_TEMPLATE
+
+
+@pytest.fixture(scope="module")
+def golden(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, list[dict[str, Any]], Any]:
+    """Two generated environments (short chains), their SFT rows and a tokenizer trained on them."""
+    from transformers import AutoTokenizer
+
+    root = tmp_path_factory.mktemp("golden")
+    generate_environments("retail", 2, root / "envs", seed=3, config=SHORT_CHAINS)
+    rows = sft_rows(task_infos(root / "envs" / "tasks.parquet"), _TemplateOnly(), RENDER)
+    build_tool_tokenizer(root / "tok", rows, seed=0, vocab_size=512)
+    write_sft_parquet(rows, root / "sft.parquet")
+    return root, rows, AutoTokenizer.from_pretrained(root / "tok")
+
+
+def test_assistant_turns_parse_back_to_the_golden_calls(golden: tuple[Path, list[dict[str, Any]], Any]) -> None:
+    root, rows, tok = golden
+    parser = ToolParser.get_tool_parser("hermes", tok)
+    for row, info in zip(rows, task_infos(root / "envs" / "tasks.parquet"), strict=True):
+        from longcat_plugins.environments.episodes import open_episode
+
+        chain = open_episode(info).golden_chain()
+        assistant = [m["content"] for m in row["messages"] if m["role"] == "assistant"]
+        assert len(assistant) == len(chain) + 1  # one call per turn, then the final answer
+        for text, (name, args) in zip(assistant, chain, strict=False):
+            ids = tok.encode(text, add_special_tokens=False) + [tok.eos_token_id]
+            _, calls = asyncio.run(parser.extract_tool_calls(ids))
+            assert [(c.name, json.loads(c.arguments)) for c in calls] == [(name, args)]
+        _, calls = asyncio.run(parser.extract_tool_calls(tok.encode(assistant[-1], add_special_tokens=False)))
+        assert calls == []
+        # tool messages carry the episode's real results
+        tools = [m for m in row["messages"] if m["role"] == "tool"]
+        assert [m["name"] for m in tools] == [n for n, _ in chain]
+        assert all(json.loads(m["content"]) and "error" not in json.loads(m["content"]) for m in tools)
+
+
+def test_loop_replaying_the_rows_builds_the_sft_token_stream(golden: tuple[Path, list[dict[str, Any]], Any]) -> None:
+    """prompt + response of the real loop == verl's SFT tokenisation; SFT loss mask == the loop's model tokens."""
+    root, rows, tok = golden
+    ds = MultiTurnSFTDataset(
+        str(root / "sft.parquet"),
+        tok,
+        OmegaConf.create({"max_length": 4096, "pad_mode": "no_padding", "truncation": "error"}),
+    )
+    infos = task_infos(root / "envs" / "tasks.parquet")
+    settings = ToolAgentSettings(tools_style=RENDER.tools_style, render_tools=RENDER.render_tools, max_turn_tokens=512)
+    assert len(ds) == len(rows) >= 4
+    for i, (row, info) in enumerate(zip(rows, infos, strict=True)):
+        script = [m["content"] for m in row["messages"] if m["role"] == "assistant"]
+        server = ScriptedServer(tok, list(script))
+
+        async def go(server: ScriptedServer = server, info: dict[str, Any] = info) -> Any:
+            loop = make_loop(tok, server, settings, prompt_length=4096, response_length=4096, use_v1=False)
+            return await loop.run({"temperature": 1.0}, extra_info=info, raw_prompt=[])
+
+        out = asyncio.run(go())
+        assert out.reward_score == 1.0 and out.extra_fields["reward_extra_info"]["env_success"] == 1.0
+        item = ds[i]
+        sft_ids = item["input_ids"].tolist()
+        assert list(out.prompt_ids) + list(out.response_ids) == sft_ids, f"row {i}: token streams differ"
+        loss_mask = item["loss_mask"].tolist()
+        n = len(out.prompt_ids)
+        assert loss_mask[:n] == [0] * n
+        assert loss_mask[n:] == list(out.response_mask)
+
+
+def test_sft_rows_and_tokenizer_are_deterministic(
+    golden: tuple[Path, list[dict[str, Any]], Any], tmp_path: Path
+) -> None:
+    root, rows, _ = golden
+    again = sft_rows(task_infos(root / "envs" / "tasks.parquet"), _TemplateOnly(), RENDER)
+    assert again == rows
+    build_tool_tokenizer(tmp_path / "tok", again, seed=0, vocab_size=512)
+    assert (tmp_path / "tok" / "tokenizer.json").read_bytes() == (root / "tok" / "tokenizer.json").read_bytes()
+
+
+def test_prompt_is_short_with_the_tool_tokenizer(golden: tuple[Path, list[dict[str, Any]], Any]) -> None:
+    """The policy and tool list lines are single tokens: the whole trajectory fits in a few hundred tokens."""
+    _, rows, tok = golden
+    for row in rows:
+        prompt = tok.apply_chat_template(row["messages"][:2], tokenize=True, return_dict=False)
+        assert len(prompt) < 200, len(prompt)
+        assert len(row["messages"][0]["content"]) > 2000  # what the byte-level tokenizer would see
+
+
+def test_a_golden_chain_that_misses_the_rubric_is_rejected(
+    golden: tuple[Path, list[dict[str, Any]], Any], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from longcat_plugins.environments.runtime import ToolEpisode
+
+    root, _, _ = golden
+    info = task_infos(root / "envs" / "tasks.parquet")[0]
+    monkeypatch.setattr(ToolEpisode, "golden_chain", lambda self: [])  # nothing done: the rubric fails
+    with pytest.raises(GoldenChainError, match="does not meet the rubric"):
+        golden_messages(info, _TemplateOnly(), RENDER)

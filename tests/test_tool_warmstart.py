@@ -1,0 +1,76 @@
+"""The tool-use warm start's wiring, without training: its overrides compose with the recipe, the
+demo's held-out line reads verl's validation metric, and bad input is refused by name."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from longcat_plugins.config import compose, validate_config
+from longcat_plugins.runtime.assets import Assets
+from longcat_plugins.runtime.demos import prepare_demo
+from longcat_plugins.runtime.tool_warmstart import (
+    HELD_OUT_METRIC,
+    ToolWarmStart,
+    WarmStartPlan,
+    ensure_tool_warm_start,
+    held_out_success,
+    static_lines,
+    warm_overrides,
+)
+
+REPO = Path(__file__).resolve().parents[1]
+
+
+def test_warm_overrides_compose_and_validate_with_the_tool_agent_recipe(tmp_path: Path) -> None:
+    warm = ToolWarmStart(*(tmp_path / n for n in ("root", "model", "base", "sft.parquet", "train", "val")))
+    cfg = compose(REPO / "configs" / "tool_agent_cpu.yaml", warm_overrides(warm, 10))
+    loop = cfg.longcat.settings.environment.longcat_tool_agent
+    assert (
+        loop.noise_curriculum.enabled is False and loop.discard_turns == 0
+    )  # the SFT distribution: clean, one segment
+    assert cfg.actor_rollout_ref.model.path == str(warm.model) and cfg.data.val_files == str(warm.val)
+    assert cfg.trainer.val_before_train is True and cfg.trainer.test_freq == 2
+    problems, _ = validate_config(cfg)
+    assert problems == []
+
+
+def test_held_out_success_reads_the_first_and_last_validation() -> None:
+    steps = [
+        {"step": 0, HELD_OUT_METRIC: 0.2},
+        {"step": 1, "critic/score/mean": 0.5},
+        {"step": 2, HELD_OUT_METRIC: 0.3},
+        {"step": 4, HELD_OUT_METRIC: 0.45},
+    ]
+    assert held_out_success(steps) == (0.2, 0.45)
+    assert held_out_success(steps[:2]) is None  # one validation: nothing to compare
+
+
+def test_static_lines_are_the_recurring_system_prompt_lines() -> None:
+    rows = [
+        {
+            "messages": [
+                {
+                    "role": "system",
+                    "content": "You are an agent of the store.\nfind_x(a: string) - Find.\nonly-here line!",
+                }
+            ]
+        },
+        {"messages": [{"role": "system", "content": "You are an agent of the store.\nfind_x(a: string) - Find."}]},
+    ]
+    assert static_lines(rows) == ["You are an agent of the store.", "find_x(a: string) - Find."]
+
+
+def test_bad_init_and_size_are_refused_by_name(tmp_path: Path) -> None:
+    built = Assets(tmp_path, tmp_path / "model", tmp_path / "train.parquet", tmp_path / "val.parquet")
+    with pytest.raises(ValueError, match="init must be 'warm' or 'random'"):
+        prepare_demo("tool_agent", built, 2, init="pretrained")
+    with pytest.raises(ValueError, match="unknown model size 'huge'"):
+        ensure_tool_warm_start(tmp_path, WarmStartPlan(size="huge"))
+    assert not list(tmp_path.iterdir())  # nothing written
+
+
+def test_each_plan_builds_into_its_own_cache_directory() -> None:
+    assert WarmStartPlan().key() == WarmStartPlan().key()
+    assert len({WarmStartPlan().key(), WarmStartPlan(sft_epochs=3).key(), WarmStartPlan(seed=1).key()}) == 3
