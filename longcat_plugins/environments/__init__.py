@@ -16,7 +16,10 @@ def components() -> list[Component]:
             "longcat_tool_agent",
             f"{mod}._agent_loop:LongcatToolAgentLoop",
             config=f"{mod}._agent_loop:ToolAgentSettings",
-            summary="Multi-turn tool use against a longcat environment episode, rewarded by its rubric, with E4 context management.",
+            summary=(
+                "Multi-turn tool use against a longcat environment episode, rewarded by its rubric, "
+                "with context management (2601 report §3.3.2)."
+            ),
         ),
         Tool(
             "longcat_env_tool",

@@ -22,7 +22,7 @@ def components() -> list[Component]:
         Sampler(
             "dora_versions",
             f"{mod}.sampler:DoraReplayBuffer",
-            summary="``ReplayBufferAsync`` deciding with the DORA core: version bound, D1 filter, S4 mix.",
+            summary="``ReplayBufferAsync`` deciding with the DORA core: version bound, online filter, domain mix.",
         ),
         SchedulePolicy(
             "dora_elastic",
