@@ -236,7 +236,7 @@ def test_component_settings_come_from_the_host_and_bad_values_raise() -> None:
     key path, never a silent fall back to the defaults."""
     from longcat_plugins.config import ConfigError
     from longcat_plugins.host import Host, set_host
-    from longcat_plugins.rewards.math import _settings
+    from longcat_plugins.rewards.math import MathRewardConfig, _settings
     from longcat_plugins.selection import Rule, Selection
 
     good = Host(Selection(settings={"reward": {"math": {"timeout_s": 2.5}}})).load()
@@ -249,7 +249,7 @@ def test_component_settings_come_from_the_host_and_bad_values_raise() -> None:
         with pytest.raises(ConfigError, match=r"longcat\.settings\.reward\.math"):
             _settings({})
         set_host(Host(Selection(disable=(Rule("reward:math", "test"),))).load())
-        assert _settings({}).timeout_s == 5.0  # disabled here: the caller's defaults
+        assert _settings({}).timeout_s == MathRewardConfig().timeout_s == 1.5  # disabled here: the defaults
     finally:
         set_host(previous)
 

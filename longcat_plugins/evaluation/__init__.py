@@ -23,6 +23,6 @@ def components() -> list[Component]:
             "passk",
             f"{mod}:PassK",
             config=f"{mod}:PassKSettings",
-            summary="Unbiased pass@k, pass^k and avg@k per data source in every validation pass.",
+            summary="Unbiased pass@k / pass^k / avg@k of ``val_kwargs.n`` samples per prompt, logged at validation.",
         )
     ]

@@ -48,7 +48,9 @@ def exact_answer(solution_str: str | None) -> str | None:
 def compute_exact_score(
     data_source: str, solution_str: str, ground_truth: str, extra_info: dict[str, Any] | None = None, **kwargs: Any
 ) -> dict[str, float]:
-    """1.0 when the response is exactly ``The answer is <ground_truth>.``, else 0.0 (no partial
-    credit: the warm-started demo's reward, where a partly right model gives GRPO its signal)."""
+    """1.0 when the response is exactly ``The answer is <ground_truth>.``, else 0.0 (warm starts).
+
+    No partial credit: the warm-started demo's reward, where a partly right model gives GRPO its
+    signal."""
     correct = exact_answer(solution_str) == str(int(str(ground_truth).strip()))
     return {"score": float(correct), "acc": float(correct)}
