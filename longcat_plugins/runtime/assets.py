@@ -158,25 +158,28 @@ def build_model(out_dir: Path, size: str, seed: int = 0) -> None:
     model.save_pretrained(out_dir, safe_serialization=True)
 
 
-def build_dataset(path: Path, n: int, seed: int, split: str, max_operand: int = 50, ops: str = "+-") -> None:
+def write_rl_rows(path: Path, problems: list[tuple[str, int]], split: str) -> None:
+    """verl's RL dataset format (prompt, reward_model.ground_truth) for (question, answer) pairs."""
     import pandas as pd
 
+    rows = [
+        {
+            "data_source": DATA_SOURCE,
+            "prompt": [{"role": "user", "content": question}],
+            "ability": "math",
+            "reward_model": {"style": "rule", "ground_truth": str(answer)},
+            "extra_info": {"split": split, "index": i},
+        }
+        for i, (question, answer) in enumerate(problems)
+    ]
+    pd.DataFrame(rows).to_parquet(path)
+
+
+def build_dataset(path: Path, n: int, seed: int, split: str, max_operand: int = 50, ops: str = "+-") -> None:
     if not ops or set(ops) - set("+-"):
         raise ValueError(f"ops must be a non-empty string of '+' and '-', got {ops!r}")
     rng = random.Random(seed)
-    rows = []
-    for i in range(n):
-        question, answer = arithmetic_problem(rng, max_operand, ops)
-        rows.append(
-            {
-                "data_source": DATA_SOURCE,
-                "prompt": [{"role": "user", "content": question}],
-                "ability": "math",
-                "reward_model": {"style": "rule", "ground_truth": str(answer)},
-                "extra_info": {"split": split, "index": i},
-            }
-        )
-    pd.DataFrame(rows).to_parquet(path)
+    write_rl_rows(path, [arithmetic_problem(rng, max_operand, ops) for _ in range(n)], split)
 
 
 def ensure_assets(

@@ -25,7 +25,6 @@ from pathlib import Path
 
 from longcat_plugins.runtime.assets import (
     CHAIN_MAX,
-    DATA_SOURCE,
     SIZES,
     Assets,
     answer_text,
@@ -33,6 +32,7 @@ from longcat_plugins.runtime.assets import (
     build_tokenizer,
     chain_problem,
     default_cache_dir,
+    write_rl_rows,
 )
 from longcat_plugins.runtime.sft import SFTConfig, run_sft
 
@@ -54,21 +54,7 @@ def split_questions(seed: int, n_val: int = N_VAL) -> tuple[list[tuple[int, int,
 
 def write_rl_parquet(path: Path, triples: list[tuple[int, int, int]], split: str) -> None:
     """verl's RL dataset format (prompt, reward_model.ground_truth) for these questions."""
-    import pandas as pd
-
-    rows = []
-    for i, triple in enumerate(triples):
-        question, answer = chain_problem(*triple)
-        rows.append(
-            {
-                "data_source": DATA_SOURCE,
-                "prompt": [{"role": "user", "content": question}],
-                "ability": "math",
-                "reward_model": {"style": "rule", "ground_truth": str(answer)},
-                "extra_info": {"split": split, "index": i},
-            }
-        )
-    pd.DataFrame(rows).to_parquet(path)
+    write_rl_rows(path, [chain_problem(*triple) for triple in triples], split)
 
 
 def teacher_answer(triple: tuple[int, int, int], rng: random.Random, share: float) -> str:
