@@ -15,6 +15,8 @@ import os
 import random
 import shutil
 import tempfile
+from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
@@ -55,6 +57,22 @@ class Assets:
 
     def exists(self) -> bool:
         return (self.model / "config.json").exists() and self.train.exists() and self.val.exists()
+
+
+@contextmanager
+def building(root: Path) -> Iterator[Path]:
+    """A temporary sibling directory to build ``root`` in, renamed to ``root`` only when the block
+    completes: an interrupted or failed build leaves nothing half-written behind."""
+    root.parent.mkdir(parents=True, exist_ok=True)
+    tmp = Path(tempfile.mkdtemp(prefix=f".{root.name}-", dir=root.parent)).resolve()
+    try:
+        yield tmp
+        if root.exists():
+            shutil.rmtree(root)
+        tmp.rename(root)
+    finally:
+        if tmp.exists():
+            shutil.rmtree(tmp, ignore_errors=True)
 
 
 def default_cache_dir() -> Path:
@@ -196,19 +214,11 @@ def ensure_assets(
     assets = Assets(root, root / "model", root / "train.parquet", root / "val.parquet")
     if assets.exists():
         return assets
-    root.parent.mkdir(parents=True, exist_ok=True)
-    tmp = Path(tempfile.mkdtemp(prefix=f".{root.name}-", dir=root.parent))
-    try:
+    with building(root) as tmp:
         (tmp / "model").mkdir()
         build_tokenizer(tmp / "model", seed)
         build_model(tmp / "model", size, seed)
         build_dataset(tmp / "train.parquet", n_train, seed, "train")
         build_dataset(tmp / "val.parquet", n_val, seed + 1, "test")
         (tmp / "assets.json").write_text(json.dumps({"size": size, "seed": seed, **asdict(SIZES[size])}, indent=2))
-        if root.exists():
-            shutil.rmtree(root)
-        tmp.rename(root)
-    finally:
-        if tmp.exists():
-            shutil.rmtree(tmp, ignore_errors=True)
     return assets

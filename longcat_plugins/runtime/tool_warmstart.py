@@ -21,15 +21,13 @@ from __future__ import annotations
 
 import hashlib
 import json
-import shutil
-import tempfile
 from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
 from longcat_plugins.environments.generate import GenConfig
 from longcat_plugins.environments.golden import RenderSettings, sft_rows, task_infos, write_sft_parquet
-from longcat_plugins.runtime.assets import SIZES, build_model, build_tokenizer, default_cache_dir
+from longcat_plugins.runtime.assets import SIZES, build_model, build_tokenizer, building, default_cache_dir
 from longcat_plugins.runtime.sft import SFTConfig
 
 DOMAIN = "retail"
@@ -157,21 +155,13 @@ def ensure_tool_warm_start(cache_dir: Path | None = None, plan: WarmStartPlan | 
     )
     if built.exists():
         return built
-    root.parent.mkdir(parents=True, exist_ok=True)
-    tmp = Path(tempfile.mkdtemp(prefix=f".{root.name}-", dir=root.parent)).resolve()
-    try:
+    with building(root) as tmp:
         prepare_data(tmp, plan)
         _fix_env_paths(tmp, root.resolve())
         from longcat_plugins.runtime.sft import run_sft
 
         run_sft(tmp / "base", tmp / "sft.parquet", tmp / "model", plan.sft_config(), overrides=SFT_SCHEDULE)
         (tmp / "warmstart.json").write_text(json.dumps(asdict(plan), indent=2))
-        if root.exists():
-            shutil.rmtree(root)
-        tmp.rename(root)
-    finally:
-        if tmp.exists():
-            shutil.rmtree(tmp, ignore_errors=True)
     return built
 
 

@@ -17,8 +17,6 @@ from __future__ import annotations
 
 import json
 import random
-import shutil
-import tempfile
 from dataclasses import asdict
 from itertools import product
 from pathlib import Path
@@ -30,6 +28,7 @@ from longcat_plugins.runtime.assets import (
     answer_text,
     build_model,
     build_tokenizer,
+    building,
     chain_problem,
     default_cache_dir,
     write_rl_rows,
@@ -104,9 +103,7 @@ def ensure_warm_start(
     assets = Assets(root, root / "model", root / "train.parquet", root / "val.parquet")
     if assets.exists() and (root / "warm.json").exists():
         return assets
-    root.parent.mkdir(parents=True, exist_ok=True)
-    tmp = Path(tempfile.mkdtemp(prefix=f".{root.name}-", dir=root.parent))
-    try:
+    with building(root) as tmp:
         train, val = split_questions(seed, n_val)
         (tmp / "base").mkdir()
         build_tokenizer(tmp / "base", seed, task=TASK)
@@ -125,12 +122,6 @@ def ensure_warm_start(
             "val_greedy_acc": accuracy,
         }
         (tmp / "warm.json").write_text(json.dumps(meta, indent=2))
-        if root.exists():
-            shutil.rmtree(root)
-        tmp.rename(root)
-    finally:
-        if tmp.exists():
-            shutil.rmtree(tmp, ignore_errors=True)
     return assets
 
 
