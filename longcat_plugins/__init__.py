@@ -5,7 +5,13 @@ Public API: the ``hookimpl`` marker, the component descriptors, the process-wide
 never imports verl.
 """
 
-from longcat_plugins.components import (
+from longcat_plugins import import_hooks
+
+# every module of this package reports when it has finished importing, so the verl bridge can
+# finish a registration that found one of them half-made (see Bridge.on_plugin_module_imported)
+import_hooks.watch_package("longcat_plugins")
+
+from longcat_plugins.components import (  # noqa: E402 - imported after the watch above
     AdvantageEstimator,
     AgentLoop,
     Component,
@@ -20,8 +26,8 @@ from longcat_plugins.components import (
     Trainer,
     ValidationMetric,
 )
-from longcat_plugins.hookspecs import hookimpl
-from longcat_plugins.host import Host, get_host, settings_for
+from longcat_plugins.hookspecs import hookimpl  # noqa: E402
+from longcat_plugins.host import Host, get_host, settings_for  # noqa: E402
 
 __version__ = "0.1.0"
 

@@ -39,11 +39,13 @@ class _NotifyingLoader(importlib.abc.Loader):
 class _PostImportFinder(importlib.abc.MetaPathFinder):
     def __init__(self) -> None:
         self.callbacks: dict[str, list[Callback]] = {}
+        #: top-level packages whose every module reports when it finishes (see watch_package)
+        self.packages: dict[str, list[Callback]] = {}
         self._lock = threading.RLock()
         self._local = threading.local()
 
     def find_spec(self, fullname: str, path: Any, target: ModuleType | None = None) -> Any:
-        if fullname not in self.callbacks:
+        if fullname not in self.callbacks and fullname.partition(".")[0] not in self.packages:
             return None
         busy: set[str] = self._local.__dict__.setdefault("busy", set())
         if fullname in busy:
@@ -60,13 +62,16 @@ class _PostImportFinder(importlib.abc.MetaPathFinder):
                 return None
         finally:
             busy.discard(fullname)
-        if spec.loader is not None and hasattr(spec.loader, "exec_module"):
-            spec.loader = _NotifyingLoader(spec.loader, self)
+        source_module = str(spec.origin or "").endswith(".py")  # not a namespace or resource directory
+        if fullname in self.callbacks or source_module:
+            if spec.loader is not None and hasattr(spec.loader, "exec_module"):
+                spec.loader = _NotifyingLoader(spec.loader, self)
         return spec
 
     def fire(self, module: ModuleType) -> None:
         with self._lock:
             callbacks = list(self.callbacks.get(module.__name__, ()))
+            callbacks += self.packages.get(module.__name__.partition(".")[0], ())
         for callback in callbacks:
             callback(module)
 
@@ -88,3 +93,26 @@ def when_imported(module_name: str, callback: Callback) -> None:
 
 def _initializing(module: ModuleType) -> bool:
     return bool(getattr(module.__spec__, "_initializing", False))
+
+
+def watch_package(package: str, callback: Callback | None = None) -> None:
+    """Make every module of the top-level ``package`` imported from now on report when it has
+    finished importing, to ``callback`` (if given) and to callbacks added later. Watch a package
+    before its modules are imported (``longcat_plugins`` watches itself in its ``__init__``):
+    a module already executing reports nothing."""
+    with _finder._lock:
+        if _finder not in sys.meta_path:
+            sys.meta_path.insert(0, _finder)
+        callbacks = _finder.packages.setdefault(package, [])
+        if callback is not None and callback not in callbacks:
+            callbacks.append(callback)
+
+
+def will_report(module: ModuleType) -> bool:
+    """Will ``module``, still executing, report its end to the package callbacks?"""
+    return isinstance(getattr(getattr(module, "__spec__", None), "loader", None), _NotifyingLoader)
+
+
+def initializing(module: ModuleType) -> bool:
+    """Is ``module`` still executing its body (in ``sys.modules`` but half-made)?"""
+    return getattr(module, "__spec__", None) is not None and _initializing(module)

@@ -18,6 +18,7 @@ from types import ModuleType
 from typing import Any
 
 from longcat_plugins import host as host_mod
+from longcat_plugins import import_hooks
 from longcat_plugins.components import Component
 from longcat_plugins.import_hooks import when_imported
 
@@ -127,6 +128,8 @@ class Bridge:
         self._pending: list[ModuleType] = []
         #: registry modules imported while a package on their import path was half-made
         self._deferred: set[str] = set()
+        #: registry modules with a component whose own module (or one it imports) was half-made
+        self._waiting: set[str] = set()
         #: packages whose import hook is running (still flagged as initializing, but complete)
         self._finishing: set[str] = set()
         #: per thread: >0 while registering, i.e. while importing some component's lazy target
@@ -152,6 +155,19 @@ class Bridge:
             self.flush_pending(host)
         except Exception:  # never break the import of a verl module
             logger.warning("longcat-plugins: registering components into %s failed", module.__name__, exc_info=True)
+
+    def on_plugin_module_imported(self, module: ModuleType) -> None:
+        """A module of a watched package finished: retry registrations that found it half-made."""
+        import sys
+
+        if not self._waiting or getattr(self._local, "depth", 0):
+            return
+        with self._lock:
+            waiting, self._waiting = sorted(self._waiting), set()
+        for name in waiting:
+            registry_module = sys.modules.get(name)
+            if registry_module is not None:
+                self.on_module_imported(registry_module)
 
     def retry_deferred(self, package: ModuleType) -> None:
         """A package on some registry's import path finished: register what waited for it."""
@@ -213,6 +229,12 @@ class Bridge:
 
     def _register(self, comp: Component, target: VerlTarget, registry: MutableMapping[str, Any]) -> Registration:
         refusal = self.refusal(comp, target, registry)
+        if isinstance(refusal, Waiting):
+            # e.g. the user's first import was our DORA sampler, which imports verl's v1 trainer
+            # base, whose hook is here: the trainer component imports that sampler, still
+            # half-made. It registers the moment the sampler (or whatever blocks) has finished.
+            self._waiting.add(target.module)
+            return Registration(comp, target, False, refusal)
         if refusal is not None:
             _warn_once(refusal)
             return Registration(comp, target, False, refusal)
@@ -228,7 +250,11 @@ class Bridge:
             value = target.entry(comp)
             resolved = comp.target
         except ImportError as exc:
-            return f"{target.kind} {comp.name!r} from plugin {comp.plugin!r}: {exc}"
+            message = f"{target.kind} {comp.name!r} from plugin {comp.plugin!r}: {exc}"
+            blocking = _half_made_modules(comp)
+            if blocking and all(import_hooks.will_report(m) for m in blocking):
+                return Waiting(f"{message} (waits for {', '.join(m.__name__ for m in blocking)} to finish importing)")
+            return message
         existing = registry.get(comp.name)
         if existing is not None and existing is not self.registered.get((target.kind, comp.name)) and existing != value:
             return (
@@ -294,6 +320,22 @@ def _package_ancestors(module_name: str) -> list[str]:
 REGISTRY_PACKAGES = sorted({p for t in TARGETS.values() for p in _package_ancestors(t.module)})
 
 
+class Waiting(str):
+    """A refusal that lasts only until a half-made module finishes importing."""
+
+
+def _half_made_modules(comp: Component) -> list[ModuleType]:
+    """Modules of ``comp``'s top-level package (and of longcat_plugins) still executing their body."""
+    import sys
+
+    tops = {comp.target_path.partition(".")[0], "longcat_plugins"}
+    return [
+        module
+        for name, module in list(sys.modules.items())
+        if name.partition(".")[0] in tops and module is not None and import_hooks.initializing(module)
+    ]
+
+
 def _half_made_package(exclude: set[str] | frozenset[str] = frozenset()) -> bool:
     """Is one of :data:`REGISTRY_PACKAGES` (other than ``exclude``) still executing its ``__init__``?"""
     import sys
@@ -329,6 +371,7 @@ def _install() -> None:
             components.BEFORE_RESOLVE.append(_import_registry_first)
         for package in REGISTRY_PACKAGES:
             when_imported(package, bridge.retry_deferred)
+        import_hooks.watch_package("longcat_plugins", bridge.on_plugin_module_imported)
         for module_name in sorted({t.module for t in TARGETS.values()}):
             when_imported(module_name, bridge.on_module_imported)
         _check_verl_version()

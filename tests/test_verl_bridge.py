@@ -8,6 +8,7 @@ import textwrap
 import types
 from pathlib import Path
 
+import pytest
 from conftest import loss_plugin, make_dist, run_python
 
 from longcat_plugins.import_hooks import when_imported
@@ -104,3 +105,27 @@ def test_registry_imported_while_plugins_load_is_filled_once_the_host_is_built(f
     )
     assert proc.returncode == 0, proc.stderr[-3000:]
     assert proc.stdout.strip().splitlines()[-1] == "True"
+
+
+FIRST_IMPORT_PROBE = """
+    import logging, sys
+    logging.basicConfig(level=logging.WARNING, stream=sys.stdout, format="LOG %(message)s")
+    import longcat_plugins.schedulers.{module}
+    from verl.trainer.ppo.v1.trainer_base import TRAINER_REGISTRY
+    from verl.experimental.fully_async_policy.dynamic_schedule.base import _policy_registry
+    from longcat_plugins.schedulers.trainer import DoraTrainer
+    from longcat_plugins.schedulers.elastic import DoraSchedulePolicy
+    print("dora", TRAINER_REGISTRY.get("dora") is DoraTrainer)
+    print("dora_elastic", _policy_registry.get("dora_elastic") is DoraSchedulePolicy)
+"""
+
+
+@pytest.mark.parametrize("module", ["sampler", "trainer", "elastic"])
+def test_a_component_module_imported_first_still_registers_once_it_is_complete(module: str) -> None:
+    """Importing one of our scheduler modules first imports verl's registries from inside it; the
+    components those registries want import that half-made module. They register as soon as it
+    has finished, with no warning."""
+    proc = run_python(FIRST_IMPORT_PROBE.format(module=module))
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    assert "dora True" in proc.stdout and "dora_elastic True" in proc.stdout, proc.stdout + proc.stderr[-2000:]
+    assert "LOG" not in proc.stdout and "WARNING" not in proc.stderr, proc.stdout + proc.stderr[-2000:]
