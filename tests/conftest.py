@@ -14,6 +14,7 @@ import sys
 import tempfile
 import textwrap
 from collections.abc import Iterator
+from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
@@ -79,24 +80,55 @@ def fake_site(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[Path]
 
 
 @pytest.fixture(scope="session")
-def example_plugin_installed() -> Iterator[None]:
-    """pip-installs examples/longcat-example-plugin into this environment for the session
-    (uninstalled afterwards unless it was already there)."""
+def example_plugin_installed(tmp_path_factory: pytest.TempPathFactory) -> Iterator[None]:
+    """pip-installs examples/longcat-example-plugin for the rest of this test process: into a
+    private site directory put on ``sys.path`` and ``PYTHONPATH`` (subprocesses and Ray workers
+    find its entry points there), never into the shared environment, so parallel test workers
+    and the developer's own venv see no install or uninstall they did not make."""
     try:
         importlib.metadata.distribution("longcat-example-plugin")
-        preinstalled = True
+        yield  # the developer installed it: use theirs
+        return
     except importlib.metadata.PackageNotFoundError:
-        preinstalled = False
-    if not preinstalled:
-        subprocess.run(
-            [sys.executable, "-m", "pip", "install", "-q", "--no-deps", "--no-build-isolation", str(EXAMPLE)],
-            check=True,
-        )
+        pass
+    site = tmp_path_factory.mktemp("example-site")
+    subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "pip",
+            "install",
+            "-q",
+            "--no-deps",
+            "--no-build-isolation",
+            "--target",
+            str(site),
+            str(EXAMPLE),
+        ],
+        check=True,
+    )
+    saved_env = os.environ.get("PYTHONPATH")
+    sys.path.insert(0, str(site))
+    os.environ["PYTHONPATH"] = os.pathsep.join(p for p in (str(site), saved_env) if p)
+    importlib.invalidate_caches()
+    try:
+        yield
+    finally:
+        sys.path.remove(str(site))
+        if saved_env is None:
+            os.environ.pop("PYTHONPATH", None)
+        else:
+            os.environ["PYTHONPATH"] = saved_env
         importlib.invalidate_caches()
-    yield
-    if not preinstalled:
-        subprocess.run([sys.executable, "-m", "pip", "uninstall", "-q", "-y", "longcat-example-plugin"], check=True)
-        importlib.invalidate_caches()
+
+
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    """With ``-n 2 --dist loadgroup`` (the README's command), every end-to-end run of verl's
+    trainer goes to one worker, in order, while the other worker takes the fast tests: two
+    trainers at once would only share the same two cores."""
+    for item in items:
+        if item.get_closest_marker("slow"):
+            item.add_marker(pytest.mark.xdist_group("e2e"))
 
 
 def run_python(code: str, env: dict[str, str] | None = None, timeout: int = 300) -> subprocess.CompletedProcess[str]:
@@ -147,6 +179,47 @@ def train_cpu(tiny: Assets, run_dir: Path, ray_tmp: Path, *overrides: str) -> tu
     assert result.returncode == 0, result.log.read_text()[-5000:]
     records = [json.loads(line) for line in trace.read_text().splitlines()] if trace.exists() else []
     return result, [r for r in records if r.get("event") == "update"]
+
+
+#: validation samples per prompt in the shared run (the eval test's pass@k reference reads it)
+SHARED_VAL_N = 4
+
+
+@dataclass
+class SharedRun:
+    """One 2-step GRPO run that several end-to-end tests read, instead of each paying verl's
+    start-up for its own: v1 trainer, a checkpoint at step 2, sampled validation before training
+    (``SHARED_VAL_N`` per prompt, dumped), and the file, TensorBoard and offline wandb loggers."""
+
+    result: RunResult
+    updates: list[dict]
+    val_dump: Path
+
+
+@pytest.fixture(scope="session")
+def shared_cpu_run(tiny_assets: Assets, tmp_path_factory: pytest.TempPathFactory) -> Iterator[SharedRun]:
+    root = tmp_path_factory.mktemp("shared-run")
+    ray_dir = Path(tempfile.mkdtemp(prefix="lcray", dir="/tmp"))
+    try:
+        with pytest.MonkeyPatch.context() as mp:
+            mp.setenv("WANDB_MODE", "offline")
+            result, updates = train_cpu(
+                tiny_assets,
+                root / "run",
+                ray_dir,
+                "trainer.total_training_steps=2",
+                "trainer.save_freq=2",
+                "trainer.use_v1=true",
+                "trainer.val_before_train=true",
+                f"actor_rollout_ref.rollout.val_kwargs.n={SHARED_VAL_N}",
+                "actor_rollout_ref.rollout.val_kwargs.do_sample=true",
+                "actor_rollout_ref.rollout.val_kwargs.temperature=1.0",
+                f"trainer.validation_data_dir={root / 'val-dump'}",
+                "trainer.logger=[console,file,tensorboard,wandb]",
+            )
+        yield SharedRun(result, updates, root / "val-dump")
+    finally:
+        shutil.rmtree(ray_dir, ignore_errors=True)
 
 
 #: a deliberately short SFT for tests: the warm-start machinery, not its accuracy band

@@ -1,12 +1,15 @@
 """verl's real trainer on the CPU runtime, end to end: 2 GRPO steps with the v1 and the legacy
-trainer, the rollout's weights changing every step, and resume from a checkpoint."""
+trainer, the rollout's weights changing every step, and resume from a checkpoint. The v1 run is
+the suite's shared run (``shared_cpu_run`` in conftest), which the eval test reads too."""
 
 from __future__ import annotations
 
 import math
+import shutil
 from pathlib import Path
 
 import pytest
+from conftest import SharedRun
 from conftest import train_cpu as train
 
 from longcat_plugins.runtime.assets import Assets
@@ -21,35 +24,36 @@ def assert_learning_step(step: dict) -> None:
     assert step["critic/score/mean"] > 0, "the partial-credit reward should be non-zero"
 
 
-@pytest.mark.parametrize("use_v1", [True, False], ids=["v1", "legacy"])
-def test_two_grpo_steps(tiny_assets: Assets, tmp_path: Path, ray_tmp: Path, use_v1: bool) -> None:
-    result, updates = train(
-        tiny_assets,
-        tmp_path / "run",
-        ray_tmp,
-        "trainer.total_training_steps=2",
-        f"trainer.use_v1={str(use_v1).lower()}",
-    )
-    assert [s["step"] for s in result.steps] == [1, 2]
-    for step in result.steps:
+def assert_two_steps_with_fresh_weights(steps: list[dict], updates: list[dict]) -> None:
+    assert [s["step"] for s in steps] == [1, 2]
+    for step in steps:
         assert_learning_step(step)
-    assert any(s["actor/pg_loss"] != 0 for s in result.steps)
+    assert any(s["actor/pg_loss"] != 0 for s in steps)
     # the rollout server received the trainer's weights after each step, and they changed
     assert [u["global_steps"] for u in updates][-2:] == [1, 2], updates
     digests = [u["digest"] for u in updates]
     assert len(set(digests)) == len(digests), "weights pushed to the rollout did not change between steps"
 
 
-def test_resume_continues_from_the_saved_step(tiny_assets: Assets, tmp_path: Path, ray_tmp: Path) -> None:
-    ckpt = tmp_path / "ckpt"
-    first, _ = train(
-        tiny_assets,
-        tmp_path / "first",
-        ray_tmp,
-        "trainer.total_training_steps=2",
-        "trainer.save_freq=2",
-        f"trainer.default_local_dir={ckpt}",
+def test_two_grpo_steps_v1(shared_cpu_run: SharedRun) -> None:
+    """The v1 trainer: the suite's shared run (2 steps, v1, checkpoint at step 2)."""
+    steps = [s for s in shared_cpu_run.result.steps if s["step"] > 0]  # step 0: validation before training
+    assert_two_steps_with_fresh_weights(steps, shared_cpu_run.updates)
+
+
+def test_two_grpo_steps_legacy(tiny_assets: Assets, tmp_path: Path, ray_tmp: Path) -> None:
+    result, updates = train(
+        tiny_assets, tmp_path / "run", ray_tmp, "trainer.total_training_steps=2", "trainer.use_v1=false"
     )
+    assert_two_steps_with_fresh_weights(result.steps, updates)
+
+
+def test_resume_continues_from_the_saved_step(
+    shared_cpu_run: SharedRun, tiny_assets: Assets, tmp_path: Path, ray_tmp: Path
+) -> None:
+    """Resume from the shared run's step-2 checkpoint, copied so the shared run stays as it was."""
+    ckpt = tmp_path / "ckpt"
+    shutil.copytree(shared_cpu_run.result.checkpoints, ckpt)
     assert (ckpt / "latest_checkpointed_iteration.txt").read_text().strip() == "2"
     second, updates = train(
         tiny_assets,

@@ -1,4 +1,5 @@
-"""End to end on the CPU runtime, in one short run (the suite's time budget): verl's trainer
+"""End to end on the CPU runtime, on the suite's shared run (``shared_cpu_run``: 2 steps, sampled
+validation before training, every logger, a checkpoint at step 2): verl's trainer
 logs the ``reward:passk`` validation metrics, equal to a float64 reference computed from verl's
 own dump of the validation samples, through the file, TensorBoard and offline wandb loggers;
 ``eval`` then writes pass@k for the run's checkpoint and ``plot`` draws the run."""
@@ -13,14 +14,11 @@ from collections import defaultdict
 from pathlib import Path
 
 import pytest
-from conftest import run_cli
-from conftest import train_cpu as train
-
-from longcat_plugins.runtime.assets import Assets
+from conftest import SHARED_VAL_N, SharedRun, run_cli
 
 pytestmark = [pytest.mark.slow, pytest.mark.ray]
 
-N = 4
+N = SHARED_VAL_N
 
 
 def reference_from_dump(dump: Path) -> dict[str, float]:
@@ -54,24 +52,9 @@ def wandb_history(run_dir: Path) -> list[dict]:
     return [r["history"]["item"] for r in records if r.get("type") == "history"]
 
 
-def test_passk_metrics_loggers_eval_and_plot(
-    tiny_assets: Assets, tmp_path: Path, ray_tmp: Path, monkeypatch: pytest.MonkeyPatch
-) -> None:
-    monkeypatch.setenv("WANDB_MODE", "offline")
-    run_dir, dump = tmp_path / "run", tmp_path / "val-dump"
-    result, _ = train(
-        tiny_assets,
-        run_dir,
-        ray_tmp,
-        "trainer.total_training_steps=1",
-        "trainer.save_freq=1",
-        "trainer.val_before_train=true",
-        f"actor_rollout_ref.rollout.val_kwargs.n={N}",
-        "actor_rollout_ref.rollout.val_kwargs.do_sample=true",
-        "actor_rollout_ref.rollout.val_kwargs.temperature=1.0",
-        f"trainer.validation_data_dir={dump}",
-        "trainer.logger=[console,file,tensorboard,wandb]",
-    )
+def test_passk_metrics_loggers_eval_and_plot(shared_cpu_run: SharedRun, tmp_path: Path, ray_tmp: Path) -> None:
+    result, dump = shared_cpu_run.result, shared_cpu_run.val_dump
+    run_dir = result.run_dir
     # 1. verl's file logger: our keys beside verl's own, equal to the reference from the dump
     (val,) = [s for s in result.steps if any(k.startswith("longcat/val/") for k in s)]
     (source,) = {k[len("longcat/val/") :].rsplit("/", 1)[0] for k in val if k.startswith("longcat/val/")}
@@ -102,7 +85,7 @@ def test_passk_metrics_loggers_eval_and_plot(
     )  # fmt: skip
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
     doc = json.loads(out.read_text())
-    assert doc["target"] == {"kind": "run", "path": str(run_dir.resolve()), "step": 1}
+    assert doc["target"] == {"kind": "run", "path": str(run_dir.resolve()), "step": 2}
     assert Path(doc["model"]) == (tmp_path / "eval" / "merged-model").resolve()
     got = doc["data_sources"][source]
     assert set(got) == {"pass@1", "pass^1", "avg@1", "pass@4", "pass^4", "avg@4", "n"} and got["n"] == N
