@@ -37,11 +37,13 @@ from longcat_plugins.runtime.assets import (
 from longcat_plugins.runtime.sft import SFTConfig, run_sft
 
 TASK = "chain"
-#: the SFT that lands the tiny model in the 10-60% band on the held-out split (measured: see
-#: docs/learning.md); part-trained on purpose
+#: the SFT that makes the tiny model's arithmetic mostly right (70% of held-out answers) while
+#: it answers in the credited form less than half the time: 30% exact, inside the 10-60% band
+#: (measured with bench/bench_warm_starts.py, see docs/learning.md)
 DEFAULT_SFT = SFTConfig(epochs=32, lr=3e-3, batch_size=32, max_length=48, seed=1)
 N_VAL = 64
-#: share of SFT targets in the verifiable answer form (the rest are worked equations)
+#: share of SFT targets in the verifiable answer form (the rest are worked equations): below
+#: one half, so the warm start often answers in the uncredited form
 ANSWER_SHARE = 0.3
 
 
