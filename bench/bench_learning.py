@@ -38,6 +38,13 @@ OBJECTIVES: dict[str, list[str]] = {
     "longcat_grpo": ["algorithm.adv_estimator=longcat_grpo"],
 }
 KS = (1, 2, 4, 8)
+#: trainer -> (recipe, overrides on it): verl's v1 ``sync`` trainer (the demo's ``cpu_demo``),
+#: or ``dora`` (``dora_cpu``: standalone ``hf`` generator replicas, staleness 1; its batch is
+#: ``parameter_sync_step`` x ``ppo_mini_batch_size`` = the demo's 16 prompts)
+TRAINERS: dict[str, tuple[str, list[str]]] = {
+    "sync": ("cpu_demo", []),
+    "dora": ("dora_cpu", []),
+}
 
 
 def pass_at_k(n: int, c: int, k: int) -> float:
@@ -61,18 +68,44 @@ def final_checkpoint(checkpoints: Path) -> Path | None:
     return found[-1] if found and any(found[-1].glob("*.safetensors")) else None
 
 
-def run(objective: str, trainer: str, seed: int, steps: int, assets, work: Path, test_freq: int) -> dict:
+def greedy_shares(model: Path, val: Path) -> dict[str, float]:
+    """Greedy held-out ``form`` / ``arith`` / ``exact`` shares (plain transformers, in-process)."""
+    from longcat_plugins.runtime.warmstart import answer_shares, sample_answers
+
+    responses, answers = sample_answers(model, val)
+    return answer_shares([r[0] for r in responses], answers)
+
+
+def time_to_target(curve: list[dict], target: float | None) -> float | None:
+    """Training wall-clock (s) at the first validation whose accuracy reaches ``target``."""
+    if target is None:
+        return None
+    return next((p["wall_s"] for p in curve if p["acc"] >= target), None)
+
+
+def run(
+    objective: str,
+    trainer: str,
+    seed: int,
+    steps: int,
+    assets,
+    work: Path,
+    test_freq: int,
+    extra: list[str],
+    target: float | None,
+    before: dict[str, float],
+) -> dict:
     from longcat_plugins.runtime.demos import prepare_demo
     from longcat_plugins.runtime.launch import resolve_config, run_training, val_accuracy
 
-    if trainer != "sync":
-        raise ValueError(f"--trainers: {trainer!r} is not supported by this bench yet (only sync)")
+    if trainer not in TRAINERS:
+        raise ValueError(f"--trainers: unknown {trainer!r}; choices: {', '.join(TRAINERS)}")
     demo = prepare_demo("arithmetic", assets, steps, init="warm")
     ray_tmp = Path(tempfile.mkdtemp(prefix="lco", dir="/tmp"))
     run_dir = work / f"{objective}-{trainer}-seed{seed}"
     try:
         result = run_training(
-            resolve_config(demo.config),
+            resolve_config(TRAINERS[trainer][0]),
             [
                 *demo.overrides,
                 "trainer.total_epochs=100",
@@ -82,7 +115,9 @@ def run(objective: str, trainer: str, seed: int, steps: int, assets, work: Path,
                 f"actor_rollout_ref.rollout.seed={seed}",
                 "actor_rollout_ref.actor.checkpoint.save_contents=[model,hf_model]",
                 f"+ray_kwargs.ray_init._temp_dir={ray_tmp}",
+                *TRAINERS[trainer][1],
                 *OBJECTIVES[objective],
+                *extra,
             ],
             run_dir,
         )
@@ -101,6 +136,7 @@ def run(objective: str, trainer: str, seed: int, steps: int, assets, work: Path,
     checkpoint = final_checkpoint(result.checkpoints)
     if checkpoint is None:
         raise RuntimeError(f"{objective}/seed {seed}: no HF export under {result.checkpoints}")
+    after = greedy_shares(checkpoint, assets.val)
     entry = {
         "objective": objective,
         "trainer": trainer,
@@ -110,6 +146,12 @@ def run(objective: str, trainer: str, seed: int, steps: int, assets, work: Path,
         "acc_before": curve[0]["acc"],
         "acc_after": curve[-1]["acc"],
         "pass_at_k": sampled_pass_at_k(checkpoint, assets.val, seed=seed),
+        "target": target,
+        "time_to_target_s": time_to_target(curve, target),
+        "form_before": before["form"],
+        "form_after": after["form"],
+        "arith_before": before["arith"],
+        "arith_after": after["arith"],
     }
     return {"run": entry, "curve": curve}
 
@@ -156,7 +198,11 @@ def main() -> None:
     parser.add_argument("--steps", type=int, default=30)
     parser.add_argument("--test-freq", type=int, default=5)
     parser.add_argument("--objectives", default=",".join(OBJECTIVES), help=f"subset of {','.join(OBJECTIVES)}")
-    parser.add_argument("--trainers", default="sync", help="sync (dora: not yet)")
+    parser.add_argument("--trainers", default="sync", help=f"subset of {','.join(TRAINERS)}")
+    parser.add_argument(
+        "--target", type=float, default=None, help="held-out accuracy for time_to_target_s (default: none)"
+    )
+    parser.add_argument("--override", action="append", default=[], help="extra Hydra override (repeatable)")
     parser.add_argument("--size", default="tiny")
     parser.add_argument("--out", default="bench/results/learning.json")
     parser.add_argument("--append", action="store_true", help="add to the runs already in --out")
@@ -165,6 +211,10 @@ def main() -> None:
     unknown = sorted(set(objectives) - set(OBJECTIVES))
     if unknown:
         parser.error(f"--objectives: unknown {', '.join(unknown)}; choices: {', '.join(OBJECTIVES)}")
+    trainers = [t for t in args.trainers.split(",") if t]
+    unknown = sorted(set(trainers) - set(TRAINERS))
+    if unknown:
+        parser.error(f"--trainers: unknown {', '.join(unknown)}; choices: {', '.join(TRAINERS)}")
     seeds = [int(s) for s in args.seeds.split(",") if s]
 
     from longcat_plugins.runtime.warmstart import ensure_warm_start
@@ -175,16 +225,30 @@ def main() -> None:
     runs = json.loads(out.read_text())["runs"] if args.append and out.exists() else []
     curves = json.loads(curves_path.read_text()) if args.append and curves_path.exists() else []
     work = Path(tempfile.mkdtemp(prefix="longcat-learning-"))
+    before = greedy_shares(assets.model, assets.val)
     for objective in objectives:
-        for trainer in args.trainers.split(","):
+        for trainer in trainers:
             for seed in seeds:
-                got = run(objective, trainer, seed, args.steps, assets, work, args.test_freq)
+                got = run(
+                    objective,
+                    trainer,
+                    seed,
+                    args.steps,
+                    assets,
+                    work,
+                    args.test_freq,
+                    args.override,
+                    args.target,
+                    before,
+                )
                 runs.append(got["run"])
                 curves.append({"objective": objective, "trainer": trainer, "seed": seed, "curve": got["curve"]})
                 r = got["run"]
                 print(
                     f"{objective:>13} {trainer} seed {seed}: held-out {100 * r['acc_before']:.1f}% -> "
-                    f"{100 * r['acc_after']:.1f}% in {r['steps']} steps, {r['wall_s']:.0f}s; pass@8 {r['pass_at_k'].get('8')}",
+                    f"{100 * r['acc_after']:.1f}% in {r['steps']} steps, {r['wall_s']:.0f}s; pass@8 {r['pass_at_k'].get('8')}; "
+                    f"form {r['form_before']:.2f} -> {r['form_after']:.2f}, arith {r['arith_before']:.2f} -> "
+                    f"{r['arith_after']:.2f}; time to target {r['time_to_target_s']}",
                     flush=True,
                 )
                 out.parent.mkdir(parents=True, exist_ok=True)

@@ -1,7 +1,7 @@
 """The demo that learns, end to end: verl's SFT builds the default warm start (once per
 session), then ``longcat-plugins demo`` runs GRPO on it with verl's real trainer and greedy
 held-out validation; it prints the held-out accuracy line, starts inside the 10-60% band, and
-its training reward must rise."""
+its held-out greedy accuracy and training reward must rise."""
 
 from __future__ import annotations
 
@@ -15,11 +15,13 @@ from conftest import run_cli
 pytestmark = [pytest.mark.slow, pytest.mark.ray]
 
 #: the smallest rise of the mean training reward (exact match on the training prompts), last 4
-#: steps over the first 4. Measured in 14 twelve-step runs of this configuration and its objective
-#: variants (bench_learning.py): +0.014..+0.131, vanilla +0.055..+0.131. The held-out greedy
-#: accuracy after 12 steps is not asserted: over 64 questions it is too noisy in one run (the bench's
-#: three vanilla seeds rose, one demo run fell), see docs/learning.md.
+#: steps over the first 4, as before the warm start changed (it rose in every run measured since)
 MIN_REWARD_RISE = 0.02
+#: the smallest held-out rise, in points, after the demo's 12 steps. Measured on the default warm
+#: start (bench/results/learning*_curves.json: vanilla x 3 seeds, a 30-step run, a dora run), the
+#: smallest rise at any validation from step 5 on was +18.8 (a 64-question validation is noisy:
+#: one question is 1.6 points), so 15 holds in every run measured with some room
+MIN_HELDOUT_RISE = 15.0
 LINE = re.compile(r"held-out accuracy: (\d+\.\d)% -> (\d+\.\d)%")
 
 
@@ -49,7 +51,7 @@ def test_demo_learns_from_the_warm_start(warm_cache: Path, tmp_path: Path, ray_t
     assert match, proc.stdout[-2000:]
     before, after = float(match.group(1)), float(match.group(2))
     assert 10.0 <= before <= 60.0, f"the warm start is outside the 10-60% band: {before}%"
-    assert 0.0 <= after <= 100.0
+    assert after - before >= MIN_HELDOUT_RISE, f"held-out accuracy {before}% -> {after}%"
     scores = [
         record["data"]["critic/score/mean"]
         for record in map(json.loads, (tmp_path / "run" / "metrics.jsonl").read_text().splitlines())

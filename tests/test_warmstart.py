@@ -15,7 +15,13 @@ from longcat_plugins.rewards.arithmetic import compute_exact_score, exact_answer
 from longcat_plugins.runtime.assets import Assets
 from longcat_plugins.runtime.launch import heldout_accuracy, summary_rows
 from longcat_plugins.runtime.sft import SFTConfig, SFTError
-from longcat_plugins.runtime.warmstart import ensure_warm_start, split_questions, teacher_answer
+from longcat_plugins.runtime.warmstart import (
+    answer_shares,
+    ensure_warm_start,
+    final_number,
+    split_questions,
+    teacher_answer,
+)
 
 
 @pytest.mark.parametrize(
@@ -141,3 +147,49 @@ def test_bench_pass_at_k_matches_a_float_reference() -> None:
     assert pass_at_k(8, 0, 4) == 0.0 and pass_at_k(8, 8, 1) == 1.0
     with pytest.raises(ValueError, match="k=9 is larger than the number of samples n=8"):
         pass_at_k(8, 3, 9)
+
+
+@pytest.mark.parametrize(
+    ("response", "final"),
+    [
+        ("The answer is 7.", "7"),
+        ("3+4-0 = 7.", "7"),
+        ("0+0-9 = -9.", "-9"),  # the subtraction's operand is not the answer
+        ("The answer is -03.", "-3"),
+        ("3+4-0", None),  # truncated before the answer: no final number
+        ("The answer is", None),
+        ("", None),
+    ],
+)
+def test_final_number_reads_either_taught_form(response: str, final: str | None) -> None:
+    assert final_number(response) == final
+
+
+def test_answer_shares_split_form_from_arithmetic() -> None:
+    responses = ["The answer is 7.", "The answer is 5.", "3+4-0 = 7.", "3+4-0 = 6.", "7"]
+    answers = ["7", "7", "7", "7", "7"]
+    # form: the credited form, right or wrong; arith: right in any taught form; exact: both
+    assert answer_shares(responses, answers) == {"form": 0.4, "arith": 0.4, "exact": 0.2}
+    with pytest.raises(ValueError, match="2 responses for 1 answers"):
+        answer_shares(["a", "b"], ["1"])
+
+
+def test_time_to_target_is_the_first_validation_reaching_it() -> None:
+    import sys
+
+    from conftest import REPO
+
+    sys.path.insert(0, str(REPO / "bench"))
+    try:
+        from bench_learning import time_to_target
+    finally:
+        sys.path.remove(str(REPO / "bench"))
+    curve = [
+        {"step": 0, "wall_s": 0.0, "acc": 0.2},
+        {"step": 3, "wall_s": 30.0, "acc": 0.5},
+        {"step": 6, "wall_s": 61.0, "acc": 0.4},
+    ]
+    assert time_to_target(curve, 0.45) == 30.0
+    assert time_to_target(curve, 0.2) == 0.0
+    assert time_to_target(curve, 0.6) is None
+    assert time_to_target(curve, None) is None

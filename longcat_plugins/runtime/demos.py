@@ -58,7 +58,7 @@ WARM_OVERRIDES = [
     "data.max_response_length=12",
     "actor_rollout_ref.actor.optim.lr=1e-3",
     "trainer.val_before_train=true",
-    # seed 0 for data order and sampling: the demo is bench_learning.py's vanilla seed-0 run
+    # seed 0 for data order and sampling: bench_learning.py's vanilla seed-0 configuration
     "data.seed=0",
     "actor_rollout_ref.actor.data_loader_seed=0",
     "actor_rollout_ref.rollout.seed=0",

@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import json
 import random
+import re
 from dataclasses import asdict
 from itertools import product
 from pathlib import Path
@@ -36,12 +37,14 @@ from longcat_plugins.runtime.assets import (
 from longcat_plugins.runtime.sft import SFTConfig, run_sft
 
 TASK = "chain"
-#: the SFT that lands the tiny model in the 10-60% band on the held-out split (measured: see
-#: docs/learning.md); part-trained on purpose
-DEFAULT_SFT = SFTConfig(epochs=8, lr=3e-3, batch_size=32, max_length=48, seed=1)
+#: the SFT that makes the tiny model's arithmetic mostly right (70% of held-out answers) while
+#: it answers in the credited form less than half the time: 30% exact, inside the 10-60% band
+#: (measured with bench/bench_warm_starts.py, see docs/learning.md)
+DEFAULT_SFT = SFTConfig(epochs=32, lr=3e-3, batch_size=32, max_length=48, seed=1)
 N_VAL = 64
-#: share of SFT targets in the verifiable answer form (the rest are worked equations)
-ANSWER_SHARE = 0.5
+#: share of SFT targets in the verifiable answer form (the rest are worked equations): below
+#: one half, so the warm start often answers in the uncredited form
+ANSWER_SHARE = 0.3
 
 
 def split_questions(seed: int, n_val: int = N_VAL) -> tuple[list[tuple[int, int, int]], list[tuple[int, int, int]]]:
@@ -166,6 +169,32 @@ def sample_answers(
         )
     decoded = tokenizer.batch_decode(out[:, batch["input_ids"].shape[1] :], skip_special_tokens=True)
     return [decoded[i * n : (i + 1) * n] for i in range(len(prompts))], answers
+
+
+#: the number a response gives as its final answer, in either taught form (``The answer is N.``
+#: or ``... = N.``): the last ``is N`` / ``= N`` in the text
+_FINAL = re.compile(r"(?:\bis|=)\s*(-?\d+)")
+
+
+def final_number(response: str) -> str | None:
+    """The response's final answer in any form, or ``None`` (for the arithmetic share only)."""
+    found = _FINAL.findall(response or "")
+    return str(int(found[-1])) if found else None
+
+
+def answer_shares(responses: list[str], answers: list[str]) -> dict[str, float]:
+    """Split exact match into what it needs: ``form``, the share of responses in the credited
+    ``The answer is N.`` form (any N); ``arith``, the share whose final answer, in any form, is
+    right; ``exact``, both at once. Tells whether RL would learn the form, the arithmetic or both."""
+    from longcat_plugins.rewards.arithmetic import exact_answer
+
+    if not responses or len(responses) != len(answers):
+        raise ValueError(f"answer_shares: {len(responses)} responses for {len(answers)} answers")
+    n = len(responses)
+    form = sum(exact_answer(r) is not None for r in responses) / n
+    arith = sum(final_number(r) == a for r, a in zip(responses, answers, strict=True)) / n
+    exact = sum(exact_answer(r) == a for r, a in zip(responses, answers, strict=True)) / n
+    return {"form": form, "arith": arith, "exact": exact}
 
 
 def greedy_accuracy(model_dir: Path, parquet: Path) -> float:
