@@ -486,13 +486,20 @@ def main() -> None:
             if mk_path is None or CASES[label][2] is None:
                 continue
             for dtype in dtypes:
-                r = run_mergekit(mk_path, inputs, out / f"mergekit-{label}-{dtype}", label, dtype)
+                try:
+                    r = run_mergekit(mk_path, inputs, out / f"mergekit-{label}-{dtype}", label, dtype)
+                except SystemExit as exc:  # a failing mergekit run is recorded; the others go on
+                    results.setdefault("errors", []).append(
+                        {"method": label, "dtype": dtype, "error": str(exc)[-2000:]}
+                    )
+                    save()
+                    continue
                 results["runs"].append({**r, "repetition": rep})
                 save()
                 print(f"mergekit {label} ({dtype}): {r['wall_s']:.1f} s, {r['max_rss_mb']:.0f} MiB", flush=True)
     if mk_path is not None:
         for label in methods:
-            if CASES[label][2] is not None and "float32" in dtypes:
+            if CASES[label][2] is not None and (out / f"mergekit-{label}-float32").exists():
                 results["agreement"][label] = agreement(inputs, out, label)
                 print(label, json.dumps(results["agreement"][label]), flush=True)
     results["total_s"] = results.get("total_s", 0.0) + time.perf_counter() - t0
