@@ -1,23 +1,27 @@
-"""Fusion benchmark: our streaming engine against mergekit on the same checkpoints.
+"""Fusion benchmark: our streaming engine against mergekit on the same checkpoints (issue 18's recipe).
 
-    .venv/bin/python bench/bench_fusion.py [--work /tmp/fusion-bench] [--mergekit /tmp/mk/bin/mergekit-yaml]
+    .venv/bin/python bench/bench_fusion.py [--methods task_arithmetic,ties] [--repeat 2] [--append]
+        [--mergekit /work/mk-venv/bin/mergekit-yaml] [--work /work/cache-cli/fusion-bench]
 
-- inputs: a random Llama (bf16, ~330 MB, sharded in 4 files) and 3 experts = base + noise,
-  built locally;
-- disk: sequential read bandwidth of those files with O_DIRECT (page cache bypassed),
-  16 MiB reads, median of 3 passes, cross-checked with ``dd iflag=direct``;
+- inputs, built here once and kept in ``--work``: ``LlamaConfig(vocab_size=32000, hidden_size=1024,
+  intermediate_size=2816, num_hidden_layers=16, num_attention_heads=16)``, ``torch.manual_seed(0)``,
+  bf16, ``save_pretrained(max_shard_size="200MB")`` (271M parameters, 542 MB); experts =
+  base + 0.01·N(0,1) drawn with seeds 1, 2, 3, same shards: 2.17 GB read per merge;
+- read floor: sequential O_DIRECT reads of every input shard (page cache bypassed), 16 MiB
+  page-aligned buffer, best of 3 passes;
 - every merge runs in a fresh process with its inputs evicted from the page cache first
-  (``posix_fadvise(DONTNEED)`` on our own files: no root needed), so it really reads the disk;
-  wall time and peak RSS (``wait4``'s ``ru_maxrss``) of that process; an interpreter that
-  only imported the same modules is reported as each side's floor;
-- agreement where the methods coincide: task arithmetic and TIES element by element (same
-  arithmetic in float32, written as bf16); DARE statistically (different random streams:
-  fraction of elements dropped in every expert, regression slope of the merged delta on
-  the task-arithmetic delta, relative residual norm);
-- throughput = bytes read / wall time of the merge itself, as a fraction of the disk figure.
+  (``posix_fadvise(DONTNEED)``; ``fincore`` confirms no page is resident), ours and mergekit
+  alternately per method and repetition; wall time and peak RSS (``wait4``'s ``ru_maxrss``) of
+  that process; mergekit with ``dtype: float32`` (ours computes in float32) and with its default;
+- fraction of the read floor = read_floor_s / wall_s;
+- agreement with mergekit's float32 output: element-wise where the methods are deterministic
+  (bit-identical fraction, largest and RMS difference); DARE statistically (different random
+  streams: slope of the merged delta on task arithmetic's, relative residual).
 
 mergekit (LGPL) runs from a separate virtual environment as its own CLI; nothing of it is
-imported here. Results: bench/results/fusion.json. Machines are noisy: compare ratios.
+imported here, and it is no dependency of the package or its tests:
+``python3 -m venv /work/mk-venv && /work/mk-venv/bin/pip install -c constraints-cpu.txt mergekit``.
+Results: bench/results/fusion.json (+ fusion.png). Machines are noisy: compare ratios.
 """
 
 from __future__ import annotations
@@ -43,8 +47,8 @@ WEIGHTS = [0.5, 0.3, 0.2]
 # -- inputs --------------------------------------------------------------------------------------
 
 
-def build_inputs(work: Path, hidden: int, layers: int, vocab: int, n_experts: int) -> dict[str, Any]:
-    """A random Llama base (bf16, sharded) and experts = base + 0.002·noise with the same layout."""
+def build_inputs(work: Path, layers: int = 16) -> dict[str, Any]:
+    """The recipe's base (random Llama, bf16, 200 MB shards) and experts = base + 0.01·N(0,1), seeds 1-3."""
     import torch
     from safetensors import safe_open
     from safetensors.torch import save_file
@@ -53,35 +57,31 @@ def build_inputs(work: Path, hidden: int, layers: int, vocab: int, n_experts: in
     base = work / "base"
     if not (base / "config.json").exists():
         config = LlamaConfig(
-            vocab_size=vocab,
-            hidden_size=hidden,
-            intermediate_size=int(hidden * 2.75),
+            vocab_size=32000,
+            hidden_size=1024,
+            intermediate_size=2816,
             num_hidden_layers=layers,
-            num_attention_heads=hidden // 64,
-            num_key_value_heads=hidden // 64,
-            tie_word_embeddings=False,
+            num_attention_heads=16,
         )
         torch.manual_seed(0)
-        LlamaForCausalLM(config).to(torch.bfloat16).save_pretrained(base, max_shard_size="100MB")
-    index = json.loads((base / "model.safetensors.index.json").read_text())
-    files = sorted(set(index["weight_map"].values()))
+        LlamaForCausalLM(config).to(torch.bfloat16).save_pretrained(base, max_shard_size="200MB")
+    files = sorted(set(json.loads((base / "model.safetensors.index.json").read_text())["weight_map"].values()))
     experts = []
-    for i in range(n_experts):
-        out = work / f"expert{i}"
+    for seed in (1, 2, 3):
+        out = work / f"expert{seed}"
         experts.append(out)
         if (out / "config.json").exists():
             continue
         out.mkdir(parents=True, exist_ok=True)
-        gen = torch.Generator().manual_seed(100 + i)
+        gen = torch.Generator().manual_seed(seed)
         for file in files:
             with safe_open(str(base / file), "pt") as f:
-                tensors = {
-                    n: (f.get_tensor(n).float() + 0.002 * torch.randn(f.get_slice(n).get_shape(), generator=gen)).to(
-                        torch.bfloat16
-                    )
-                    for n in f.keys()  # noqa: SIM118 - safe_open has keys(), not iteration
-                }
-            save_file(tensors, out / file, metadata={"format": "pt"})
+                metadata = f.metadata()
+                tensors = {}
+                for name in f.keys():  # noqa: SIM118 - safe_open has keys(), not iteration
+                    t = f.get_tensor(name)
+                    tensors[name] = (t.float() + 0.01 * torch.randn(t.shape, generator=gen)).to(t.dtype)
+            save_file(tensors, out / file, metadata=metadata)
         shutil.copy(base / "model.safetensors.index.json", out)
         shutil.copy(base / "config.json", out)
     size = sum(p.stat().st_size for p in base.glob("*.safetensors"))
@@ -92,8 +92,9 @@ def input_files(inputs: dict[str, Any]) -> list[Path]:
     return [p for d in [inputs["base"], *inputs["experts"]] for p in sorted(d.glob("*.safetensors"))]
 
 
-def evict(files: list[Path]) -> None:
-    """Drop our own files from the page cache (clean pages; no privileges needed)."""
+def evict(files: list[Path]) -> int | None:
+    """Drop our own files from the page cache (clean pages; no privileges needed); returns the
+    bytes still resident according to ``fincore`` (None where fincore is missing)."""
     for path in files:
         fd = os.open(path, os.O_RDONLY)
         try:
@@ -101,6 +102,12 @@ def evict(files: list[Path]) -> None:
             os.posix_fadvise(fd, 0, 0, os.POSIX_FADV_DONTNEED)
         finally:
             os.close(fd)
+    if shutil.which("fincore") is None:
+        return None
+    proc = subprocess.run(
+        ["fincore", "--bytes", "--noheadings", "--output", "RES", *map(str, files)], capture_output=True, text=True
+    )
+    return sum(int(x) for x in proc.stdout.split()) if proc.returncode == 0 else None
 
 
 # -- disk bandwidth -----------------------------------------------------------------------------
@@ -173,63 +180,73 @@ def measure(command: list[str]) -> dict[str, Any]:
 
 OURS_RUNNER = """
 import json, sys
-from longcat_plugins.builtins import fusion
-from longcat_plugins.host import Host
 from longcat_plugins.fusion import fuse
 spec = json.loads(sys.argv[1])
-host = Host(); host.add_plugin(fusion, "longcat.fusion", builtin=True)
 if spec.get("idle"):
-    import torch, safetensors  # the floor: what the interpreter holds before any tensor
+    import torch, longcat_plugins.fusion.engine  # the floor: what the interpreter holds before any tensor
     print(json.dumps({}))
     raise SystemExit
 report = fuse(spec["base"], [tuple(e) for e in spec["experts"]], spec["output"], method=spec["method"],
-              params=spec["params"], seed=0, host=host, prefetch=spec.get("prefetch", False))
-print(json.dumps({"seconds": report.seconds, "bytes_read": report.bytes_read,
-                  "norm_pass_seconds": report.norm_pass_seconds,
-                  "experts": [e.fractions for e in report.experts]}))
+              params=spec["params"], seed=0)
+print(json.dumps({"merge_s": report.seconds, "norm_pass_s": report.norm_pass_seconds,
+                  "bytes_read": report.bytes_read}))
 """
 
+#: label -> (our method, our params, mergekit method, mergekit parameters per model, weights)
+CASES: dict[str, tuple[str, dict[str, Any], str | None, dict[str, Any], list[float]]] = {
+    "task_arithmetic": ("task_arithmetic", {}, "task_arithmetic", {}, WEIGHTS),
+    "ties": ("ties", {"density": 0.5}, "ties", {"density": 0.5}, WEIGHTS),
+    "dare_linear": ("dare_linear", {"density": 0.5}, "dare_linear", {"density": 0.5}, WEIGHTS),
+    "dare_ties": ("dare_ties", {"density": 0.5}, "dare_ties", {"density": 0.5}, WEIGHTS),
+    "breadcrumbs": (
+        "breadcrumbs",
+        {"density": 0.9, "gamma": 0.01},
+        "breadcrumbs",
+        {"density": 0.9, "gamma": 0.01},
+        WEIGHTS,
+    ),
+    # mergekit's sce takes no per-model weight: unit weights on both sides
+    "sce": ("sce", {"select_topk": 0.5}, "sce", {}, [1.0, 1.0, 1.0]),
+    "longcat": ("longcat", {}, None, {}, WEIGHTS),
+}
+MERGEKIT_GLOBAL = {"sce": {"select_topk": 0.5}}
 
-def run_ours(inputs: dict[str, Any], out: Path, method: str, params: dict[str, Any], **extra: Any) -> dict[str, Any]:
+
+def run_ours(inputs: dict[str, Any], out: Path, label: str) -> dict[str, Any]:
+    method, params, _, _, weights = CASES[label]
     shutil.rmtree(out, ignore_errors=True)
-    evict(input_files(inputs))
+    resident = evict(input_files(inputs))
     spec = {
         "base": str(inputs["base"]),
-        "experts": [[str(p), w] for p, w in zip(inputs["experts"], WEIGHTS, strict=True)],
+        "experts": [[str(p), w] for p, w in zip(inputs["experts"], weights, strict=True)],
         "output": str(out),
         "method": method,
         "params": params,
-        **extra,
     }
     result = measure([sys.executable, "-c", OURS_RUNNER, json.dumps(spec)])
     inner = json.loads(result.pop("stdout").strip().splitlines()[-1])
-    return {**result, **inner}
+    return {"tool": "ours", "method": label, "dtype": "float32", "params": params, "resident_before_bytes": resident,
+            "wall_s": result["wall_s"], "max_rss_mb": result["peak_rss_mib"], **inner}  # fmt: skip
 
 
-def run_mergekit(
-    mergekit: str, inputs: dict[str, Any], out: Path, method: str, density: float | None
-) -> dict[str, Any]:
+def run_mergekit(mergekit: str, inputs: dict[str, Any], out: Path, label: str, dtype: str) -> dict[str, Any]:
+    _, _, method, per_model, weights = CASES[label]
     shutil.rmtree(out, ignore_errors=True)
     models = []
-    for path, weight in zip(inputs["experts"], WEIGHTS, strict=True):
-        parameters: dict[str, Any] = {"weight": weight}
-        if density is not None:
-            parameters["density"] = density
+    for path, weight in zip(inputs["experts"], weights, strict=True):
+        parameters = dict(per_model) if method == "sce" else {"weight": weight, **per_model}
         models.append({"model": str(path), "parameters": parameters})
-    config = {
-        "merge_method": method,
-        "base_model": str(inputs["base"]),
-        "models": models,
-        "dtype": "float32",  # compute in float32, like ours
-        "out_dtype": "bfloat16",
-    }
-    cfg = out.parent / f"mergekit-{method}.yaml"
+    config: dict[str, Any] = {"merge_method": method, "base_model": str(inputs["base"]), "models": models}
+    if method in MERGEKIT_GLOBAL:
+        config["parameters"] = MERGEKIT_GLOBAL[method]
+    if dtype == "float32":
+        config |= {"dtype": "float32", "out_dtype": "bfloat16"}  # compute in float32, like ours
+    cfg = out.parent / f"mergekit-{label}-{dtype}.yaml"
     cfg.write_text(json.dumps(config))  # JSON is YAML
-    evict(input_files(inputs))
+    resident = evict(input_files(inputs))
     result = measure([mergekit, str(cfg), str(out), "--no-copy-tokenizer", "--random-seed", "0", "--quiet"])
-    result.pop("stdout")
-    bytes_read = inputs["bytes_per_checkpoint"] * (len(inputs["experts"]) + 1)
-    return {**result, "bytes_read": bytes_read}
+    return {"tool": "mergekit", "method": label, "dtype": dtype, "config": config, "resident_before_bytes": resident,
+            "wall_s": result["wall_s"], "max_rss_mb": result["peak_rss_mib"]}  # fmt: skip
 
 
 # -- agreement ----------------------------------------------------------------------------------
@@ -326,16 +343,66 @@ def ties_differences_at_tied_threshold(inputs: dict[str, Any], a: Path, b: Path,
     return {"differing_elements": differing, "with_an_expert_at_its_threshold": explained}
 
 
-def _keep_best(table: dict[str, Any], label: str, run: dict[str, Any], time_key: str) -> None:
-    """Keep the fastest run's figures, and the highest peak RSS seen."""
-    previous = table.get(label)
-    if previous is None:
-        table[label] = run
-        return
-    peak = max(previous["peak_rss_mib"], run["peak_rss_mib"])
-    if run[time_key] < previous[time_key]:
-        table[label] = run
-    table[label]["peak_rss_mib"] = peak
+def agreement(inputs: dict[str, Any], out: Path, label: str) -> dict[str, Any]:
+    ours, theirs = out / f"ours-{label}", out / f"mergekit-{label}-float32"
+    if label in ("dare_linear", "dare_ties"):
+        arithmetic_ours, arithmetic_theirs = out / "ours-task_arithmetic", out / "mergekit-task_arithmetic-float32"
+        if not (arithmetic_ours.exists() and arithmetic_theirs.exists()):
+            return {"skipped": "needs the task_arithmetic outputs of both tools (run it in the same invocation)"}
+        return {
+            "note": "different random streams: compared by statistics against each tool's task arithmetic",
+            "ours": dare_statistics(inputs["base"], ours, arithmetic_ours, 0.5, len(WEIGHTS)),
+            "mergekit": dare_statistics(inputs["base"], theirs, arithmetic_theirs, 0.5, len(WEIGHTS)),
+        }
+    result = elementwise_agreement(ours, theirs)
+    if label == "ties":
+        result["differences_at_a_tied_threshold"] = ties_differences_at_tied_threshold(inputs, ours, theirs, 0.5)
+    return result
+
+
+def plot(results: dict[str, Any], path: Path) -> None:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    labels = [m for m in CASES if any(r["method"] == m for r in results["runs"])]
+    series = [("ours", "float32"), ("mergekit", "float32"), ("mergekit", "default")]
+    fig, axes = plt.subplots(1, 2, figsize=(12, 4.5))
+    for ax, key, unit in ((axes[0], "wall_s", "wall time (s)"), (axes[1], "max_rss_mb", "peak RSS (MiB)")):
+        for k, (tool, dtype) in enumerate(series):
+            values = [
+                statistics.median(
+                    [r[key] for r in results["runs"] if (r["tool"], r["dtype"], r["method"]) == (tool, dtype, m)]
+                    or [float("nan")]
+                )
+                for m in labels
+            ]
+            ax.bar([i + (k - 1) * 0.27 for i in range(len(labels))], values, 0.27, label=f"{tool} ({dtype})")
+        if key == "wall_s":
+            ax.axhline(results["read_floor_s"], color="k", ls="--", lw=1, label="read floor (O_DIRECT)")
+        ax.set_xticks(range(len(labels)), labels, rotation=20)
+        ax.set_ylabel(unit)
+        ax.legend(fontsize=8)
+    fig.suptitle("fusion, 271M-param Llama bf16, base + 3 experts, cold page cache (median per method)")
+    fig.tight_layout()
+    fig.savefig(path, dpi=100)
+
+
+def summarise(results: dict[str, Any]) -> dict[str, Any]:
+    table: dict[str, Any] = {}
+    for m in CASES:
+        for tool, dtype in (("ours", "float32"), ("mergekit", "float32"), ("mergekit", "default")):
+            runs = [r for r in results["runs"] if (r["tool"], r["dtype"], r["method"]) == (tool, dtype, m)]
+            if runs:
+                wall = statistics.median(r["wall_s"] for r in runs)
+                table.setdefault(m, {})[f"{tool}_{dtype}"] = {
+                    "median_wall_s": wall,
+                    "max_rss_mb": max(r["max_rss_mb"] for r in runs),
+                    "fraction_of_read_floor": results["read_floor_s"] / wall,
+                    "runs": len(runs),
+                }
+    return table
 
 
 # -- main ---------------------------------------------------------------------------------------
@@ -343,71 +410,58 @@ def _keep_best(table: dict[str, Any], label: str, run: dict[str, Any], time_key:
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--work", type=Path, default=Path("/tmp/longcat-fusion-bench"))
-    parser.add_argument("--mergekit", default="/tmp/mk/bin/mergekit-yaml", help="mergekit-yaml of a separate venv")
-    parser.add_argument("--hidden", type=int, default=1024)
-    parser.add_argument("--layers", type=int, default=8)
-    parser.add_argument("--vocab", type=int, default=32000)
+    parser.add_argument("--work", type=Path, default=Path("/tmp/longcat-fusion-bench"), help="inputs are kept here")
+    parser.add_argument(
+        "--mergekit", default="/work/mk-venv/bin/mergekit-yaml", help="mergekit-yaml of a separate venv"
+    )
+    parser.add_argument("--methods", default=",".join(CASES), help=f"comma-separated subset of {', '.join(CASES)}")
+    parser.add_argument("--mergekit-dtypes", default="float32,default")
+    parser.add_argument("--layers", type=int, default=16, help="16 is the recipe; fewer for a quick check")
     parser.add_argument("--out", type=Path, default=REPO / "bench" / "results" / "fusion.json")
-    parser.add_argument("--repeat", type=int, default=1, help="runs per configuration (best time, worst RSS kept)")
-    parser.add_argument("--keep", action="store_true", help="keep the work directory")
+    parser.add_argument("--repeat", type=int, default=1, help="repetitions, ours and mergekit alternately")
+    parser.add_argument("--append", action="store_true", help="add runs to an existing --out (split long benches)")
     args = parser.parse_args()
+    methods = [m for m in args.methods.split(",") if m]
+    unknown = sorted(set(methods) - set(CASES))
+    if unknown:
+        parser.error(f"--methods: unknown {unknown}; choose from {list(CASES)}")
 
     args.work.mkdir(parents=True, exist_ok=True)
     t0 = time.perf_counter()
-    inputs = build_inputs(args.work, args.hidden, args.layers, args.vocab, len(WEIGHTS))
+    inputs = build_inputs(args.work, args.layers)
     files = input_files(inputs)
-    results: dict[str, Any] = {
+    previous = json.loads(args.out.read_text()) if args.append and args.out.exists() else None
+    results: dict[str, Any] = previous or {
         "machine": {"cpus": os.cpu_count(), "python": platform.python_version(), "platform": platform.platform()},
         "inputs": {
-            "model": f"random Llama, hidden {args.hidden}, {args.layers} layers, vocab {args.vocab}, bf16",
+            "model": f"random Llama (vocab 32000, hidden 1024, intermediate 2816, {args.layers} layers, 16 heads), "
+            "bf16, 200MB shards; experts = base + 0.01*N(0,1), seeds 1-3",
             "bytes_per_checkpoint": inputs["bytes_per_checkpoint"],
+            "bytes_read_per_merge": inputs["bytes_per_checkpoint"] * 4,
             "shards": inputs["shards"],
-            "experts": len(WEIGHTS),
             "weights": WEIGHTS,
-            "build_s": time.perf_counter() - t0,
         },
+        "runs": [],
+        "agreement": {},
     }
     print(f"inputs: {inputs['bytes_per_checkpoint'] / 2**20:.0f} MiB per checkpoint", flush=True)
-    results["disk"] = disk = disk_bandwidth(files)
-    print(f"disk: {disk['mib_s']:.0f} MiB/s (O_DIRECT), dd {disk['dd_iflag_direct_mib_s']}", flush=True)
+    disk = disk_bandwidth(files)
+    floor = disk["bytes"] / (max(disk["passes_mib_s"]) * 2**20)
+    results.setdefault("read_floor_passes", []).append({**disk, "read_floor_s": floor})
+    results["read_floor_s"] = min(x["read_floor_s"] for x in results["read_floor_passes"])
+    print(f"read floor: {floor:.2f} s ({max(disk['passes_mib_s']):.0f} MiB/s O_DIRECT)", flush=True)
+    if "floor_peak_rss_mib" not in results:
+        results["floor_peak_rss_mib"] = measure([sys.executable, "-c", OURS_RUNNER, json.dumps({"idle": True})])[
+            "peak_rss_mib"
+        ]
 
-    idle = measure([sys.executable, "-c", OURS_RUNNER, json.dumps({"idle": True})])
-    results["floor_peak_rss_mib"] = idle["peak_rss_mib"]
     out = args.work / "out"
     out.mkdir(exist_ok=True)
     mk_path = shutil.which(args.mergekit) or (args.mergekit if Path(args.mergekit).exists() else None)
-    # label: (our method, our params, engine options, mergekit method, mergekit density)
-    pairs: dict[str, tuple[str, dict[str, Any], dict[str, Any], str | None, float | None]] = {
-        "task_arithmetic": ("task_arithmetic", {}, {}, "task_arithmetic", None),
-        "task_arithmetic_prefetch": ("task_arithmetic", {}, {"prefetch": True}, None, None),
-        "ties": ("ties", {"density": 0.5}, {}, "ties", 0.5),
-        "dare_linear": ("longcat", {"normalize": "none", "drop_rate": 0.5, "erase": False}, {}, "dare_linear", 0.5),
-        "longcat_default": ("longcat", {}, {}, None, None),
-    }
-    ours: dict[str, Any] = {}
-    mk: dict[str, Any] = {}
-    for _ in range(args.repeat):  # interleaved, so a busy spell on a shared machine hits both sides
-        for label, (method, params, extra, mk_method, density) in pairs.items():
-            r = run_ours(inputs, out / f"ours-{label}", method, params, **extra)
-            _keep_best(ours, label, {"method": method, "params": params, **extra, **r}, "seconds")
-            if mk_path is not None and mk_method is not None:
-                r = run_mergekit(mk_path, inputs, out / f"mergekit-{label}", mk_method, density)
-                _keep_best(mk, label, {"method": mk_method, "density": density, **r}, "wall_s")
-    for label, r in ours.items():
-        r["throughput_mib_s"] = r["bytes_read"] / r["seconds"] / 2**20
-        r["fraction_of_disk"] = r["throughput_mib_s"] / disk["mib_s"]
-        print(
-            f"ours {label}: {r['seconds']:.1f} s merge ({r['wall_s']:.1f} s process), peak RSS {r['peak_rss_mib']:.0f} "
-            f"MiB, {r['throughput_mib_s']:.0f} MiB/s = {r['fraction_of_disk']:.2f} of disk",
-            flush=True,
-        )
-    results["ours"] = ours
     if mk_path is None:
-        results["mergekit"] = {"skipped": f"{args.mergekit} not found (install: python3 -m venv /tmp/mk && "
-                               "/tmp/mk/bin/pip install -c constraints-cpu.txt mergekit)"}  # fmt: skip
-    else:
-        version = subprocess.run(
+        print(f"mergekit not found at {args.mergekit}: ours only", flush=True)
+    elif "mergekit_version" not in results:
+        results["mergekit_version"] = subprocess.run(
             [
                 str(Path(mk_path).parent / "python"),
                 "-c",
@@ -416,38 +470,42 @@ def main() -> None:
             capture_output=True,
             text=True,
         ).stdout.strip()
-        mk_idle = measure([str(Path(mk_path).parent / "python"), "-c", "import mergekit.scripts.run_yaml"])
-        for label, r in mk.items():
-            r["throughput_mib_s"] = r["bytes_read"] / r["wall_s"] / 2**20
-            r["fraction_of_disk"] = r["throughput_mib_s"] / disk["mib_s"]
-            print(f"mergekit {label}: {r['wall_s']:.1f} s process, peak RSS {r['peak_rss_mib']:.0f} MiB", flush=True)
-        results["mergekit"] = {"version": version, "floor_peak_rss_mib": mk_idle["peak_rss_mib"], **mk}
-        results["agreement"] = {
-            "task_arithmetic": elementwise_agreement(out / "ours-task_arithmetic", out / "mergekit-task_arithmetic"),
-            "ties": {
-                **elementwise_agreement(out / "ours-ties", out / "mergekit-ties"),
-                "differences_at_a_tied_threshold": ties_differences_at_tied_threshold(
-                    inputs, out / "ours-ties", out / "mergekit-ties", 0.5
-                ),
-            },
-            "dare_linear": {
-                "note": "different random streams: compared by statistics; mergekit rescales to match each "
-                "task vector's L1 norm, ours by 1/(1-p) (the DARE paper's rescale)",
-                "ours": dare_statistics(
-                    inputs["base"], out / "ours-dare_linear", out / "ours-task_arithmetic", 0.5, len(WEIGHTS)
-                ),
-                "mergekit": dare_statistics(
-                    inputs["base"], out / "mergekit-dare_linear", out / "mergekit-task_arithmetic", 0.5, len(WEIGHTS)
-                ),
-            },
-        }
-        print(json.dumps(results["agreement"], indent=2), flush=True)
-    results["total_s"] = time.perf_counter() - t0
-    args.out.parent.mkdir(parents=True, exist_ok=True)
-    args.out.write_text(json.dumps(results, indent=2) + "\n")
-    print(f"wrote {args.out}")
-    if not args.keep:
-        shutil.rmtree(args.work, ignore_errors=True)
+    dtypes = [d for d in args.mergekit_dtypes.split(",") if d]
+
+    def save() -> None:  # after every run: a long bench cut short keeps what it measured
+        results["summary"] = summarise(results)
+        args.out.parent.mkdir(parents=True, exist_ok=True)
+        args.out.write_text(json.dumps(results, indent=2) + "\n")
+
+    for rep in range(args.repeat):
+        for label in methods:
+            r = run_ours(inputs, out / f"ours-{label}", label)
+            results["runs"].append({**r, "repetition": rep})
+            save()
+            print(f"ours {label}: {r['wall_s']:.1f} s, {r['max_rss_mb']:.0f} MiB", flush=True)
+            if mk_path is None or CASES[label][2] is None:
+                continue
+            for dtype in dtypes:
+                try:
+                    r = run_mergekit(mk_path, inputs, out / f"mergekit-{label}-{dtype}", label, dtype)
+                except SystemExit as exc:  # a failing mergekit run is recorded; the others go on
+                    results.setdefault("errors", []).append(
+                        {"method": label, "dtype": dtype, "error": str(exc)[-2000:]}
+                    )
+                    save()
+                    continue
+                results["runs"].append({**r, "repetition": rep})
+                save()
+                print(f"mergekit {label} ({dtype}): {r['wall_s']:.1f} s, {r['max_rss_mb']:.0f} MiB", flush=True)
+    if mk_path is not None:
+        for label in methods:
+            if CASES[label][2] is not None and (out / f"mergekit-{label}-float32").exists():
+                results["agreement"][label] = agreement(inputs, out, label)
+                print(label, json.dumps(results["agreement"][label]), flush=True)
+    results["total_s"] = results.get("total_s", 0.0) + time.perf_counter() - t0
+    save()
+    plot(results, args.out.with_suffix(".png"))
+    print(f"wrote {args.out} and {args.out.with_suffix('.png')}")
 
 
 if __name__ == "__main__":

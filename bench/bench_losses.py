@@ -1,6 +1,6 @@
 """Forward+backward time of our policy losses against the stock verl losses they build on.
 
-    PYTHONPATH=. python bench/bench_losses.py [--batch 64] [--length 8192] [--reps 200] [--threads N]
+    PYTHONPATH=. python bench/bench_losses.py [--batch 64] [--length 8192] [--reps 200] [--threads N] [--device cuda]
 
 ``triplet_clip`` is compared with ``vanilla`` and ``longcat_gspo`` with ``gspo``, each pair on the
 same inputs and the same aggregation (seq-mean-token-sum-norm over G·T_max, resp.
@@ -10,6 +10,8 @@ load hits all of them alike. Reported per setting: each loss's median (and quart
 of medians, and the median of per-repetition paired ratios (ours / stock measured back to back,
 robust to load that drifts during the run). Writes ``bench/results/losses.json``; the goal is a
 ratio <= 1.1. On a shared 2-core machine individual calls vary by ±15%: use many repetitions.
+``--device cuda`` runs the same comparison on a GPU (each call timed between
+``torch.cuda.synchronize()``s) and writes ``bench/results/losses_cuda.json`` unless ``--out`` says otherwise.
 """
 
 from __future__ import annotations
@@ -34,7 +36,7 @@ GOAL = 1.1
 RESULTS = Path(__file__).resolve().parent / "results" / "losses.json"
 
 
-def make_inputs(batch: int, length: int, seed: int = 0) -> dict[str, torch.Tensor]:
+def make_inputs(batch: int, length: int, seed: int = 0, device: str = "cpu") -> dict[str, torch.Tensor]:
     """Realistic shapes: ragged responses, sequence-constant advantages, small policy drift."""
     g = torch.Generator().manual_seed(seed)
     old = -torch.rand(batch, length, generator=g) * 4
@@ -43,7 +45,8 @@ def make_inputs(batch: int, length: int, seed: int = 0) -> dict[str, torch.Tenso
     mask = torch.arange(length).unsqueeze(0) < lengths.unsqueeze(1)
     adv = torch.randn(batch, 1, generator=g).expand(batch, length) * mask
     weights = torch.exp(torch.randn(batch, length, generator=g) * 0.3).clamp(max=2.0) * mask
-    return {"old": old, "log_prob": log_prob, "adv": adv, "mask": mask, "weights": weights}
+    d = {"old": old, "log_prob": log_prob, "adv": adv, "mask": mask, "weights": weights}
+    return {k: v.to(device) for k, v in d.items()}
 
 
 def configs(batch: int, length: int) -> dict[str, ActorConfig]:
@@ -87,14 +90,19 @@ PAIRS = [("triplet_clip", "vanilla"), ("longcat_gspo", "gspo")]
 def time_once(name: str, cfg: ActorConfig, d: dict[str, torch.Tensor], with_is: bool) -> float:
     fn, agg = LOSSES[name]
     lp = d["log_prob"].detach().requires_grad_(True)
+    cuda = lp.is_cuda
+    if cuda:
+        torch.cuda.synchronize()
     start = time.perf_counter()
     loss, _ = fn(d["old"], lp, d["adv"], d["mask"], agg, cfg, d["weights"] if with_is else None)
     loss.backward()
+    if cuda:
+        torch.cuda.synchronize()
     return time.perf_counter() - start
 
 
-def run(batch: int, length: int, reps: int, warmup: int) -> dict[str, Any]:
-    d = make_inputs(batch, length)
+def run(batch: int, length: int, reps: int, warmup: int, device: str = "cpu") -> dict[str, Any]:
+    d = make_inputs(batch, length, device=device)
     cfgs = configs(batch, length)
     names = list(LOSSES)
     results: dict[str, Any] = {}
@@ -131,17 +139,23 @@ def main() -> None:
     parser.add_argument("--reps", type=int, default=200)
     parser.add_argument("--warmup", type=int, default=5)
     parser.add_argument("--threads", type=int, default=0, help="torch intra-op threads (0: torch's default)")
-    parser.add_argument("--out", type=Path, default=RESULTS)
+    parser.add_argument("--device", choices=["cpu", "cuda"], default="cpu")
+    parser.add_argument(
+        "--out", type=Path, default=None, help="default: bench/results/losses.json (cpu), losses_cuda.json"
+    )
     args = parser.parse_args()
+    if args.device == "cuda" and not torch.cuda.is_available():
+        parser.error("--device cuda: torch sees no CUDA device on this machine")
+    out = args.out or (RESULTS if args.device == "cpu" else RESULTS.with_name("losses_cuda.json"))
     if args.threads:
         torch.set_num_threads(args.threads)
 
-    results = run(args.batch, args.length, args.reps, args.warmup)
+    results = run(args.batch, args.length, args.reps, args.warmup, args.device)
     report = {
         "what": "forward+backward of one policy-loss call, median over interleaved repetitions",
         "shape": [args.batch, args.length],
         "dtype": "float32",
-        "device": "cpu",
+        "device": args.device if args.device == "cpu" else torch.cuda.get_device_name(),
         "threads": torch.get_num_threads(),
         "torch": torch.__version__,
         "machine": platform.processor() or platform.machine(),
@@ -153,8 +167,8 @@ def main() -> None:
             for key in ("ratios", "paired_ratio_median")
         },
     }
-    args.out.parent.mkdir(parents=True, exist_ok=True)
-    args.out.write_text(json.dumps(report, indent=2) + "\n")
+    out.parent.mkdir(parents=True, exist_ok=True)
+    out.write_text(json.dumps(report, indent=2) + "\n")
     print(json.dumps(report, indent=2))
 
 

@@ -335,6 +335,29 @@ def test_longcat_gspo_is_stock_gspo_with_sequence_aggregation(with_is, dtype) ->
         assert_rel(g1, g2, 1e-8)
 
 
+@pytest.mark.parametrize("with_is", [False, True])
+def test_longcat_gspo_float_and_bool_mask_formulations_agree(with_is, monkeypatch) -> None:
+    """The CUDA formulation (verl's bool mask passed through) and the CPU one (a float mask),
+    both run here on the CPU: the same loss, gradient and metrics in float32, bit for bit."""
+    import longcat_plugins.algorithms.gspo as gspo_module
+
+    d = {k: v.float() if v.is_floating_point() else v for k, v in make_batch((9, 25), spread=2.0, seed=11).items()}
+    info = {"global_batch_size": 9, "dp_size": 1}
+    cfg = actor_config(LongcatGSPOConfig(is_cap=1.5), clip_ratio=0.2, global_batch_info=info)
+    weights = verl_is_weights(d["old"], d["rollout"], d["mask"], threshold=2.0) if with_is else None
+    results = []
+    for devices in (frozenset({"cpu"}), frozenset()):
+        monkeypatch.setattr(gspo_module, "FLOAT_MASK_DEVICES", devices)
+        lp = d["log_prob"].detach().requires_grad_(True)
+        loss, metrics = compute_longcat_gspo_loss(d["old"], lp, d["adv"], d["mask"], "token-mean", cfg, weights)
+        loss.backward()
+        results.append((loss.detach(), lp.grad, {k: float(v) for k, v in metrics.items()}))
+    (v1, g1, m1), (v2, g2, m2) = results
+    assert d["mask"].dtype == torch.bool
+    assert torch.equal(v1, v2) and torch.equal(g1, g2)
+    assert m1 == m2
+
+
 def test_longcat_gspo_sequence_clip_metrics() -> None:
     old = torch.zeros(4, 3, dtype=F64)
     # sequence ratios e^0.5 (high), e^-0.5 (low), 1, e^0.5 with a negative advantage (not clipped)

@@ -80,6 +80,46 @@ def test_fixed_seed_reproduces_bit_identical_files(family: tuple, tmp_path: Path
     assert all(a[n] != c[n] for n in shards), "another seed must draw other masks"
 
 
+ODD_SHAPES: dict[str, tuple[int, ...]] = {
+    "model.embed_tokens.weight": (101, 13),
+    "model.layers.0.self_attn.q_proj.weight": (37, 29),
+    "model.layers.0.mlp.up_proj.weight": (7, 11, 13),
+    "model.layers.0.input_layernorm.weight": (1031,),
+    "model.norm.weight": (1,),
+    "lm_head.weight": (101, 13),
+}
+STREAMED_METHODS = [
+    ("longcat", {}),
+    ("longcat", {"normalize": "tensor", "drop_rate": 0.3}),
+    ("longcat", {"normalize": "none", "drop_rate": 0.4, "majority": "count"}),
+    ("task_arithmetic", {"scale": 0.7}),
+    ("ties", {"density": 0.3}),
+    ("dare_linear", {"density": 0.7}),
+    ("dare_ties", {"density": 0.5, "normalize": True}),
+    ("breadcrumbs", {"density": 0.8, "gamma": 0.05}),
+    ("sce", {"select_topk": 0.5}),
+]
+
+
+@pytest.mark.parametrize(("method", "params"), STREAMED_METHODS, ids=[f"{m}-{p}" for m, p in STREAMED_METHODS])
+def test_chunks_workers_and_read_ahead_change_no_bit(tmp_path: Path, method: str, params: dict) -> None:
+    """The streamed path (chunks that do not divide the odd tensor sizes, two workers, read-ahead)
+    writes byte-for-byte the files of the plain one (whole tensors, one thread, no read-ahead),
+    and reports the same fractions; experts sharded unlike the base."""
+    base, experts = random_family(n_experts=3, shapes=ODD_SHAPES, seed=9)
+    base_dir, expert_dirs = write_family(
+        tmp_path / "in", base, experts, shards=3, expert_shards=2, dtype=torch.bfloat16
+    )
+    plain = fuse(base_dir, expert_dirs, tmp_path / "plain", method=method, params=params, seed=5,
+                 workers=1, chunk_elements=None, prefetch=False)  # fmt: skip
+    streamed = fuse(base_dir, expert_dirs, tmp_path / "streamed", method=method, params=params, seed=5,
+                    workers=2, chunk_elements=97, prefetch=True)  # fmt: skip
+    assert digest(tmp_path / "plain") == digest(tmp_path / "streamed")
+    for a, b in zip(plain.experts, streamed.experts, strict=True):
+        assert a.fractions == b.fractions
+        assert a.delta_norm == pytest.approx(b.delta_norm, rel=1e-6)
+
+
 def test_draws_do_not_depend_on_sharding(tmp_path: Path) -> None:
     base, experts = random_family(n_experts=2, seed=4)
     one = write_family(tmp_path / "one", base, experts, shards=1)
@@ -287,6 +327,10 @@ def test_third_party_method_through_the_hook(family: tuple, tmp_path: Path, long
         "longcat",
         "task_arithmetic",
         "ties",
+        "dare_linear",
+        "dare_ties",
+        "breadcrumbs",
+        "sce",
         "elementwise_max",
         "first_expert",
     }

@@ -109,6 +109,95 @@ def ref_ties(
     return out
 
 
+def ref_dare(
+    base: dict[str, torch.Tensor],
+    experts: list[dict[str, torch.Tensor]],
+    weights: list[float],
+    *,
+    seed: int,
+    density: float,
+    ties: bool,
+    rescale: bool = True,
+    normalize: bool = False,
+    scale: float = 1.0,
+) -> dict[str, torch.Tensor]:
+    """DARE (Yu et al. 2024): keep each δ_i element with probability ``density`` (the documented
+    keep-mask with p = 1 − density), divide the kept ones by ``density``, weight; then a plain sum
+    (dare_linear) or TIES' elect + disjoint sum (dare_ties), optionally divided by the weights."""
+    out = {}
+    for name, b in base.items():
+        c = []
+        for i, (w, e) in enumerate(zip(weights, experts, strict=True)):
+            d = e[name].double() - b.double()
+            if density < 1:
+                d = d * keep_mask(seed, name, i, tuple(b.shape), 1.0 - density).double()
+                d = d / density if rescale else d
+            c.append(w * d)
+        if ties:
+            elected = majority_sign(c, "mass")
+            agree = [(torch.sign(ci) == elected).double() for ci in c]
+            num = sum(ci * a for ci, a in zip(c, agree, strict=True))
+            den = sum(w * a for w, a in zip(weights, agree, strict=True))
+            merged = num / torch.where(den == 0, 1.0, den) if normalize else num
+        else:
+            merged = sum(c) / (sum(weights) if normalize else 1.0)
+        out[name] = b.double() + scale * merged
+    return out
+
+
+def ref_breadcrumbs(
+    base: dict[str, torch.Tensor],
+    experts: list[dict[str, torch.Tensor]],
+    weights: list[float],
+    *,
+    density: float,
+    gamma: float,
+    normalize: bool = False,
+) -> dict[str, torch.Tensor]:
+    """Model Breadcrumbs (Davari & Belilovsky 2023): per task vector, mask out the largest
+    ``gamma`` fraction of magnitudes (outliers) and the smallest ones, keeping ``density``·n
+    entries; θ_base + Σ w_i · masked δ_i."""
+    out = {}
+    for name, b in base.items():
+        total = torch.zeros_like(b, dtype=torch.float64)
+        for w, e in zip(weights, experts, strict=True):
+            d = (e[name].double() - b.double()).flatten()
+            n = d.numel()
+            k, t = int(density * n), int(gamma * n)
+            low = max(0, n - k - t)
+            order = torch.argsort(d.abs())  # ascending
+            kept = torch.zeros_like(d)
+            kept[order[low : low + k]] = d[order[low : low + k]]
+            total += w * kept.reshape(b.shape)
+        out[name] = b.double() + total / (sum(weights) if normalize else 1.0)
+    return out
+
+
+def ref_sce(
+    base: dict[str, torch.Tensor], experts: list[dict[str, torch.Tensor]], weights: list[float], *, select_topk: float
+) -> dict[str, torch.Tensor]:
+    """SCE (Wan et al. 2024, FuseChat): Select the top-k elements by variance across the (weighted)
+    task vectors, Calculate per-expert weights η_i ∝ Σ c_i² over the tensor, Erase entries against
+    the sign of Σ c_i; θ_base + Σ η_i c_i / Σ η_i over the agreeing entries."""
+    out = {}
+    for name, b in base.items():
+        c = [w * (e[name].double() - b.double()) for w, e in zip(weights, experts, strict=True)]
+        if select_topk < 1:
+            var = torch.stack(c).var(dim=0, unbiased=False).flatten()
+            k = int(int((var != 0).sum()) * select_topk)
+            keep = torch.zeros_like(var)
+            keep[torch.argsort(var, descending=True)[:k]] = 1.0
+            c = [ci * keep.reshape(b.shape) for ci in c]
+        energy = [float((ci**2).sum()) for ci in c]
+        eta = [x / sum(energy) for x in energy]
+        elected = majority_sign(c, "mass")
+        agree = [(torch.sign(ci) == elected).double() for ci in c]
+        num = sum(h * ci * a for h, ci, a in zip(eta, c, agree, strict=True))
+        den = sum(h * a for h, a in zip(eta, agree, strict=True))
+        out[name] = b.double() + num / torch.where(den == 0, 1.0, den)
+    return out
+
+
 @pytest.fixture(scope="module")
 def family(tmp_path_factory: pytest.TempPathFactory) -> tuple[dict, list[dict], Path, list[Path]]:
     base, experts = random_family(n_experts=3, seed=1)
@@ -182,6 +271,40 @@ def test_ties_matches_reference(family: tuple, tmp_path: Path, density: float, n
     assert_matches(got, ref_ties(base, experts, WEIGHTS, density=density, normalize=normalize))
 
 
+DARE_CASES = [
+    ("dare_linear", {"density": 0.6}),
+    ("dare_linear", {"density": 0.3, "rescale": False, "normalize": True, "scale": 0.5}),
+    ("dare_linear", {"density": 1.0}),
+    ("dare_ties", {"density": 0.6}),
+    ("dare_ties", {"density": 0.4, "normalize": True, "scale": 2.0}),
+]
+
+
+@pytest.mark.parametrize(("method", "params"), DARE_CASES, ids=[f"{m}-{p}" for m, p in DARE_CASES])
+def test_dare_methods_match_reference(family: tuple, tmp_path: Path, method: str, params: dict) -> None:
+    base, experts, _, _ = family
+    got = run(family, tmp_path, method, params)
+    assert_matches(got, ref_dare(base, experts, WEIGHTS, seed=SEED, ties=method == "dare_ties", **params))
+
+
+@pytest.mark.parametrize(
+    ("density", "gamma", "normalize"), [(0.8, 0.05, False), (0.5, 0.0, True), (0.97, 0.1, False), (1.0, 0.0, False)]
+)
+def test_breadcrumbs_matches_reference(
+    family: tuple, tmp_path: Path, density: float, gamma: float, normalize: bool
+) -> None:
+    base, experts, _, _ = family
+    got = run(family, tmp_path, "breadcrumbs", {"density": density, "gamma": gamma, "normalize": normalize})
+    assert_matches(got, ref_breadcrumbs(base, experts, WEIGHTS, density=density, gamma=gamma, normalize=normalize))
+
+
+@pytest.mark.parametrize("select_topk", [1.0, 0.5, 0.1])
+def test_sce_matches_reference(family: tuple, tmp_path: Path, select_topk: float) -> None:
+    base, experts, _, _ = family
+    got = run(family, tmp_path, "sce", {"select_topk": select_topk})
+    assert_matches(got, ref_sce(base, experts, WEIGHTS, select_topk=select_topk))
+
+
 def test_dare_rescale_keeps_the_expected_delta() -> None:
     """E[mask·δ/(1−p)] = δ. Over K seeds on a fixed tensor the mean merged delta of each element
     is δ_j·(1/K)Σ keep/(1−p), whose standard deviation is |δ_j|·sqrt(p/((1−p)K)). Every element
@@ -229,6 +352,12 @@ def test_bad_parameters_fail_before_anything_is_written(family: tuple, tmp_path:
         ("longcat", {"normalize": "layer"}, "params.normalize", "expected one of"),
         ("longcat", {"erase": "yes"}, "params.erase", "expected bool"),
         ("ties", {"density": 1.5}, "params.density", "must be in [0, 1]"),
+        ("dare_linear", {"density": 0.0}, "params.density", "must be in (0, 1]"),
+        ("dare_ties", {"density": 1.2}, "params.density", "must be in (0, 1]"),
+        ("dare_ties", {"majority": "most"}, "params.majority", "expected one of"),
+        ("breadcrumbs", {"density": -0.1}, "params.density", "must be in (0, 1]"),
+        ("breadcrumbs", {"gamma": 1.0}, "params.gamma", "must be in [0, 1)"),
+        ("sce", {"select_topk": 0.0}, "params.select_topk", "must be in (0, 1]"),
     ]
     for method, params, path, text in cases:
         with pytest.raises(ConfigError) as info:

@@ -54,6 +54,26 @@ def components() -> list[Component]:
             f"{mod}:ties",
             summary="TIES-merging: trim each δ_i to its top-``density`` magnitudes, elect signs, disjoint (weighted) mean.",
         ),
+        FusionMethod(
+            "dare_linear",
+            f"{mod}:dare_linear",
+            summary="DARE with a weighted sum: drop each δ_i element with probability 1 − density, rescale the rest, add.",
+        ),
+        FusionMethod(
+            "dare_ties",
+            f"{mod}:dare_ties",
+            summary="DARE then TIES' sign election: drop and rescale each δ_i, weight, keep the entries that agree with the majority.",
+        ),
+        FusionMethod(
+            "breadcrumbs",
+            f"{mod}:breadcrumbs",
+            summary="Model Breadcrumbs: drop each δ_i's largest outliers and its smallest entries, keep the band between, add.",
+        ),
+        FusionMethod(
+            "sce",
+            f"{mod}:sce",
+            summary="SCE (FuseChat): select the elements where the experts vary most, weight experts by their squared deltas, erase minority signs.",
+        ),
     ]
 
 

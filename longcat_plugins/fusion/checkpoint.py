@@ -3,16 +3,18 @@
 Opening a checkpoint parses every shard's header (8-byte length + JSON) and checks it against
 the file's size and against ``model.safetensors.index.json``, so a missing shard, a truncated
 or padded file and an index that disagrees with its shards are all reported, together and
-with file names, before a single tensor is read. Tensors are then read one at a time through
-:func:`safetensors.safe_open`. safe_open memory-maps the shard and the pages a read touches
-stay resident (and are counted in RSS) while the handle is open, so a handle is closed and
-reopened after every ``remap_bytes`` read: memory stays bounded by tensors, not shards.
+with file names, before a single tensor is read. Tensors (or element ranges of them) are then
+read with ``os.pread`` straight into memory the caller owns: nothing is memory-mapped, so the
+process's RSS counts only the buffers in use, never the shards' pages, and reads from several
+threads need no lock. The next range can be announced with ``posix_fadvise(WILLNEED)`` so the
+kernel reads it while the current one is merged.
 """
 
 from __future__ import annotations
 
 import json
 import math
+import os
 import struct
 import threading
 from collections.abc import Iterator
@@ -205,10 +207,25 @@ class Checkpoint:
             yield from sorted(shard.tensors.values(), key=lambda t: t.begin)
 
     def read(self, name: str) -> torch.Tensor:
-        """Tensor ``name`` as stored (its own dtype), read through safe_open."""
+        """Tensor ``name`` as stored (its own dtype and shape)."""
+        info = self.tensors[name]
+        return self.read_range(info, 0, info.numel).view(info.shape)
+
+    def read_range(self, info: TensorInfo, start: int, stop: int, out: torch.Tensor | None = None) -> torch.Tensor:
+        """Elements ``[start, stop)`` of the tensor named like ``info`` (row-major), as a flat tensor
+        of its dtype; this checkpoint's own layout is used (an expert may be sharded otherwise).
+        ``out``: a uint8 buffer to read into (at least the range's bytes), reused by the caller."""
         if self._reader is None:
             self._reader = _Reader(self.path)
-        return self._reader.read(self.tensors[name])
+        own = self.tensors[info.name]
+        return self._reader.read(self.shards[own.file], own, start, stop, out)
+
+    def will_need(self, info: TensorInfo, start: int, stop: int) -> None:
+        """Ask the kernel to start reading elements ``[start, stop)`` now (a hint; never blocks)."""
+        if self._reader is None:
+            self._reader = _Reader(self.path)
+        own = self.tensors[info.name]
+        self._reader.will_need(self.shards[own.file], own, start, stop)
 
     def close(self) -> None:
         if self._reader is not None:
@@ -217,35 +234,49 @@ class Checkpoint:
 
 
 class _Reader:
-    """safe_open handles, one per shard, reopened every ``remap_bytes`` to release mapped pages."""
+    """One read-only descriptor per shard; ``os.pread`` is safe to call from several threads."""
 
-    def __init__(self, root: Path, remap_bytes: int = 16 * 1024 * 1024) -> None:
+    def __init__(self, root: Path) -> None:
         self.root = root
-        self.remap_bytes = remap_bytes
-        self.handles: dict[str, tuple[Any, int]] = {}
-        self.lock = threading.Lock()  # the engine's read-ahead thread and the main thread share it
+        self.fds: dict[str, int] = {}
+        self.lock = threading.Lock()
 
-    def read(self, info: TensorInfo) -> torch.Tensor:
+    def _fd(self, file: str) -> int:
         with self.lock:
-            return self._read(info)
+            fd = self.fds.get(file)
+            if fd is None:
+                fd = self.fds[file] = os.open(self.root / file, os.O_RDONLY)
+            return fd
 
-    def _read(self, info: TensorInfo) -> torch.Tensor:
-        from safetensors import safe_open
+    @staticmethod
+    def _span(shard: Shard, info: TensorInfo, start: int, stop: int) -> tuple[int, int]:
+        size = ITEMSIZE[info.dtype]
+        return shard.data_start + info.begin + start * size, (stop - start) * size
 
-        handle, used = self.handles.pop(info.file, (None, 0))
-        if handle is None:
-            handle = safe_open(str(self.root / info.file), framework="pt")
-            handle.__enter__()
-        tensor = handle.get_tensor(info.name)
-        used += info.nbytes
-        if used >= self.remap_bytes:
-            handle.__exit__(None, None, None)
-        else:
-            self.handles[info.file] = (handle, used)
-        return tensor
+    def read(
+        self, shard: Shard, info: TensorInfo, start: int, stop: int, out: torch.Tensor | None = None
+    ) -> torch.Tensor:
+        import torch
+
+        from longcat_plugins.fusion.writer import torch_dtype
+
+        offset, nbytes = self._span(shard, info, start, stop)
+        buf = torch.empty(nbytes, dtype=torch.uint8) if out is None else out[:nbytes]
+        view = memoryview(buf.numpy())
+        fd, got = self._fd(info.file), 0
+        while got < nbytes:
+            n = os.preadv(fd, [view[got:]], offset + got)
+            if n == 0:
+                raise CheckpointError([f"{self.root / info.file}: ends inside tensor {info.name} (file changed?)"])
+            got += n
+        return buf.view(torch_dtype(info.dtype))
+
+    def will_need(self, shard: Shard, info: TensorInfo, start: int, stop: int) -> None:
+        offset, nbytes = self._span(shard, info, start, stop)
+        os.posix_fadvise(self._fd(info.file), offset, nbytes, os.POSIX_FADV_WILLNEED)
 
     def close(self) -> None:
         with self.lock:
-            for handle, _ in self.handles.values():
-                handle.__exit__(None, None, None)
-            self.handles.clear()
+            for fd in self.fds.values():
+                os.close(fd)
+            self.fds.clear()

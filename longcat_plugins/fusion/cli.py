@@ -51,7 +51,10 @@ def _sigterm_raises() -> Iterator[None]:
 @click.option("--dry-run", is_flag=True, help="check the config and every checkpoint, then stop; writes nothing")
 @click.option("--report", "report_path", type=click.Path(dir_okay=False), help="also write the summary as JSON here")
 @click.option(
-    "--prefetch", is_flag=True, help="read the next tensor while merging this one (helps when reading is slow)"
+    "--prefetch/--no-prefetch",
+    default=True,
+    show_default=True,
+    help="ask the kernel to read each next chunk while this one is merged",
 )
 def fuse(
     config: str, overwrite: bool, output: str | None, dry_run: bool, report_path: str | None, prefetch: bool

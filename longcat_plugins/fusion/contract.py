@@ -31,7 +31,7 @@ from __future__ import annotations
 
 import hashlib
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
@@ -46,6 +46,7 @@ DELTA_SQ = "delta_sq"
 _GLOBAL_NORMS_ATTR = "__fusion_global_norms__"
 _DELTA_SQ_ATTR = "__fusion_reports_delta_sq__"
 _PARAMS_CHECK_ATTR = "__fusion_params_check__"
+_ELEMENTWISE_ATTR = "__fusion_elementwise__"
 
 
 class ParamError(ValueError):
@@ -80,13 +81,21 @@ class TensorContext:
     rng_key: str = ""
     #: L2 norm of each expert's whole task vector (every merged tensor), when requested
     expert_norms: tuple[float, ...] | None = None
+    #: set by the engine when it calls an :func:`elementwise` method on consecutive slices of one
+    #: tensor: ``generator(i)`` then returns the same generator on every call, so the slices'
+    #: draws continue one stream and equal the whole tensor's
+    streams: dict[int, Any] | None = field(default=None, compare=False, repr=False)
 
     def generator(self, expert: int) -> torch.Generator:
         """A CPU generator for expert ``expert``, seeded by :func:`seed_for`."""
         import torch
 
+        if self.streams is not None and expert in self.streams:
+            return self.streams[expert]
         gen = torch.Generator(device="cpu")
         gen.manual_seed(seed_for(self.seed, self.rng_key or self.name, expert))
+        if self.streams is not None:
+            self.streams[expert] = gen
         return gen
 
 
@@ -123,6 +132,26 @@ def checks_params(check: Callable[..., None]) -> Callable[[Callable[..., Any]], 
 def params_check(fn: Callable[..., Any]) -> Callable[..., None] | None:
     """The tensor-free parameter check a method declared with :func:`checks_params`, if any."""
     return getattr(fn, _PARAMS_CHECK_ATTR, None)
+
+
+def elementwise(predicate: Callable[[Any], bool]) -> Callable[[Callable[..., Any]], Callable[..., Any]]:
+    """Mark a method that, when ``predicate(settings)``, works element by element: called on
+    consecutive flat slices of a tensor (same ``ctx``, its generators continuing from slice to
+    slice) it returns exactly the slices of what it returns for the whole tensor, and its
+    stats add up over slices. The engine then streams such a tensor in chunks (bounded memory,
+    reading overlapped with merging) instead of holding N+1 float32 copies of it."""
+
+    def mark(fn: Callable[..., Any]) -> Callable[..., Any]:
+        setattr(fn, _ELEMENTWISE_ATTR, predicate)
+        return fn
+
+    return mark
+
+
+def is_elementwise(fn: Callable[..., Any], settings: Any) -> bool:
+    """Whether ``fn`` declared itself element-wise for these settings."""
+    predicate = getattr(fn, _ELEMENTWISE_ATTR, None)
+    return bool(predicate(settings)) if predicate is not None else False
 
 
 def reports_delta_norms(fn: Callable[..., Any]) -> Callable[..., Any]:

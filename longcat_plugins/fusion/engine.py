@@ -15,8 +15,14 @@ Steps 2-4 collect every problem (file, tensor and output) and raise once, listin
 
 Each floating-point tensor is read from the base and every expert, converted to float32,
 merged by the method and written in the base's dtype at its place in the base's shard
-layout; peak memory is about N+1 float32 copies of the largest tensor (twice that with the
-optional one-tensor read-ahead). Non-float tensors are copied from the base. Random draws come from
+layout. A method that declares itself element-wise (:func:`~longcat_plugins.fusion.contract.elementwise`)
+gets the tensor in chunks of ``chunk_elements``, so memory holds N+1 float32 chunks, not
+tensors; any other method gets whole tensors (N+1 float32 copies of the largest). ``workers``
+threads merge different tensors at once (``os.pread`` and torch release the GIL, so one
+thread's reads overlap the other's arithmetic), the kernel is asked to read each next chunk
+while the current one is merged, and each chunk is written as soon as it is merged. Results
+are collected in tensor order, so the output and the report do not depend on the number of
+workers or on the chunk size (tests check this bit for bit). Non-float tensors are copied from the base. Random draws come from
 per-tensor generators keyed by seed and tensor name, so the output does not depend on
 visiting order or sharding, and a fixed seed reproduces the files bit for bit.
 """
@@ -32,6 +38,7 @@ import re
 import shutil
 import socket
 import tempfile
+import threading
 import time
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from concurrent.futures import Future, ThreadPoolExecutor
@@ -39,8 +46,14 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from longcat_plugins.fusion.checkpoint import INDEX_FILE, Checkpoint, TensorInfo
-from longcat_plugins.fusion.contract import DELTA_SQ, TensorContext, has_delta_norms, needs_global_norms
+from longcat_plugins.fusion.checkpoint import INDEX_FILE, ITEMSIZE, Checkpoint, TensorInfo
+from longcat_plugins.fusion.contract import (
+    DELTA_SQ,
+    TensorContext,
+    has_delta_norms,
+    is_elementwise,
+    needs_global_norms,
+)
 from longcat_plugins.fusion.errors import CheckpointError, FusionError, InputError, MismatchError, OutputError
 from longcat_plugins.fusion.validation import compare
 from longcat_plugins.fusion.writer import ShardWriter, torch_dtype
@@ -210,34 +223,96 @@ def _output_problem(output: Path, inputs: Sequence[Path], overwrite: bool) -> st
     return None
 
 
-class _Loader:
-    """Reads one tensor from the base and every expert as float32 copies, optionally one tensor ahead."""
+#: elements per chunk of an element-wise method: 4 MiB per float32 copy, small enough for the
+#: caches, large enough that per-chunk Python overhead is noise
+CHUNK_ELEMENTS = 1 << 20
+#: bytes of working memory the workers may hold at once (a tensor that needs more runs alone)
+MEMORY_BUDGET = 768 << 20
 
-    def __init__(self, base: Checkpoint, experts: Sequence[Checkpoint], prefetch: bool) -> None:
-        self.base = base
-        self.experts = experts
-        self.pool = ThreadPoolExecutor(max_workers=1, thread_name_prefix="fusion-read") if prefetch else None
 
-    def _load(self, info: TensorInfo) -> tuple[torch.Tensor, list[torch.Tensor]]:
+class _Budget:
+    """Bytes of working memory in use by the workers; a job waits until its share fits."""
+
+    def __init__(self, limit: int) -> None:
+        self.limit = limit
+        self.used = 0
+        self.cond = threading.Condition()
+
+    @contextlib.contextmanager
+    def hold(self, nbytes: int) -> Iterator[None]:
+        nbytes = min(nbytes, self.limit)
+        with self.cond:
+            self.cond.wait_for(lambda: self.used + nbytes <= self.limit)
+            self.used += nbytes
+        try:
+            yield
+        finally:
+            with self.cond:
+                self.used -= nbytes
+                self.cond.notify_all()
+
+
+class _Runner:
+    """Runs one job per tensor on ``workers`` threads and yields the results in tensor order."""
+
+    def __init__(self, workers: int, budget: int = MEMORY_BUDGET) -> None:
+        self.pool = ThreadPoolExecutor(max_workers=workers, thread_name_prefix="fusion") if workers > 1 else None
+        self.workers = workers
+        self.op_threads = max(1, (os.cpu_count() or 1) // workers)
+        if self.pool is not None:
+            import torch
+
+            self.caller_threads = torch.get_num_threads()
+        self.budget = _Budget(budget)
+        self.stop = threading.Event()
+
+    def map(self, jobs: Sequence[Callable[[], Any]]) -> Iterator[Any]:
+        if self.pool is None:
+            for job in jobs:
+                yield job()
+            return
+        window = 2 * self.workers  # jobs submitted ahead of the one being collected
+        pending: list[Future[Any]] = []
+        try:
+            for job in jobs:
+                pending.append(self.pool.submit(self._guarded, job))
+                if len(pending) > window:
+                    yield pending.pop(0).result()
+            while pending:
+                yield pending.pop(0).result()
+        finally:
+            if pending:  # a failure or interrupt: jobs not yet started return at once
+                self.stop.set()
+                for fut in pending:
+                    fut.cancel()
+                for fut in pending:
+                    with contextlib.suppress(BaseException):
+                        fut.result()
+
+    def _guarded(self, job: Callable[[], Any]) -> Any:
+        if self.stop.is_set():
+            return None
         import torch
 
-        base = self.base.read(info.name).to(torch.float32, copy=True)
-        return base, [e.read(info.name).to(torch.float32, copy=True) for e in self.experts]
-
-    def iterate(self, infos: Sequence[TensorInfo]) -> Iterator[tuple[TensorInfo, torch.Tensor, list[torch.Tensor]]]:
-        if self.pool is None:
-            for info in infos:
-                yield (info, *self._load(info))
-            return
-        pending: Future[tuple[torch.Tensor, list[torch.Tensor]]] | None = None
-        for i, info in enumerate(infos):
-            current = pending.result() if pending is not None else self._load(info)
-            pending = self.pool.submit(self._load, infos[i + 1]) if i + 1 < len(infos) else None
-            yield (info, *current)
+        # the workers share the cores: each op on one thread (OpenMP teams per worker on a busy
+        # machine spin and cost far more than they give; no result depends on the thread count:
+        # the only reductions that reach the output, the global norms, are thread-count independent)
+        torch.set_num_threads(self.op_threads)
+        return job()
 
     def close(self) -> None:
         if self.pool is not None:
+            import torch
+
+            self.stop.set()
             self.pool.shutdown(wait=True, cancel_futures=True)
+            torch.set_num_threads(self.caller_threads)  # the workers set the process-wide default
+
+
+def _ranges(numel: int, chunk: int | None) -> list[tuple[int, int]]:
+    if not chunk or numel <= chunk:
+        return [(0, numel)]
+    return [(a, min(a + chunk, numel)) for a in range(0, numel, chunk)]
 
 
 def fuse(
@@ -251,17 +326,24 @@ def fuse(
     overwrite: bool = False,
     host: Host | None = None,
     progress: Callable[[ProgressEvent], None] | None = None,
-    prefetch: bool = False,
+    prefetch: bool = True,
     dry_run: bool = False,
+    workers: int = 2,
+    chunk_elements: int | None = CHUNK_ELEMENTS,
 ) -> FusionReport:
     """Merge ``experts`` (fine-tuned from ``base``) into one checkpoint at ``output``.
 
     ``method`` names a fusion method (``longcat``, ``task_arithmetic``, ``ties``, or one a
     plugin registers); ``params`` are its settings. Everything is validated before anything is
-    written; ``dry_run`` stops there. ``prefetch`` reads the next tensor in a second thread while
-    this one is merged (peak memory then holds two tensors' N+1 copies): it pays when reading is
-    slower than merging (network storage), not on a local disk with 2 cores. Returns a :class:`FusionReport`.
+    written; ``dry_run`` stops there. ``workers`` threads merge tensors concurrently;
+    element-wise methods get ``chunk_elements`` at a time (``None``: whole tensors);
+    ``prefetch`` asks the kernel to read each next chunk while the current one is merged.
+    None of the three changes a single output bit. Returns a :class:`FusionReport`.
     """
+    if workers < 1:
+        raise FusionError(f"workers must be >= 1, got {workers}")
+    if chunk_elements is not None and chunk_elements < 1:
+        raise FusionError(f"chunk_elements must be >= 1 or None, got {chunk_elements}")
     expert_specs = [_as_expert(e) for e in experts]
     if not expert_specs:
         raise FusionError("no experts given: fusion needs at least one expert checkpoint")
@@ -297,13 +379,14 @@ def fuse(
     aliases = tied_aliases(base_ckpt)
     infos = list(base_ckpt.iter_in_file_order())
     float_infos = [i for i in infos if i.is_float]
-    loader = _Loader(base_ckpt, expert_ckpts, prefetch)
+    io = _IO(base_ckpt, expert_ckpts, prefetch, chunk_elements)
+    runner = _Runner(workers)
     bytes_per_pass = base_ckpt.total_bytes * (len(expert_ckpts) + 1)
     sq_norms: list[float] | None = None
     try:
         if needs_global_norms(component.target, settings):
             t0 = time.perf_counter()
-            sq_norms = _global_sq_norms(loader, [i for i in float_infos if i.name not in aliases], progress)
+            sq_norms = _global_sq_norms(io, runner, [i for i in float_infos if i.name not in aliases], progress)
             report.norm_pass_seconds = time.perf_counter() - t0
             report.bytes_read += sum(i.nbytes for i in float_infos if i.name not in aliases) * (len(expert_ckpts) + 1)
         created = [p for p in [out_dir.parent, *out_dir.parent.parents] if not p.exists()]
@@ -312,8 +395,8 @@ def fuse(
         tmp = Path(tempfile.mkdtemp(prefix=_temp_prefix(out_dir), dir=out_dir.parent))
         try:
             _merge_into(
-                tmp, base_ckpt, expert_ckpts, infos, aliases, component, settings, weights, seed, sq_norms, loader,
-                report, progress, bytes_per_pass,
+                tmp, base_ckpt, expert_ckpts, infos, aliases, component, settings, weights, seed, sq_norms, io,
+                runner, report, progress, bytes_per_pass,
             )  # fmt: skip
             _copy_side_files(base_ckpt, tmp)
             provenance = {
@@ -333,7 +416,7 @@ def fuse(
                     parent.rmdir()
             raise
     finally:
-        loader.close()
+        runner.close()
         for ckpt in (base_ckpt, *expert_ckpts):
             ckpt.close()
     if sq_norms is not None:
@@ -425,22 +508,175 @@ def clean_stale_temp_dirs(out_dir: Path) -> list[str]:
     return warnings
 
 
-def _global_sq_norms(
-    loader: _Loader, infos: Sequence[TensorInfo], progress: Callable[[ProgressEvent], None] | None
-) -> list[float]:
-    """Σ over tensors of ‖θ_i − θ_base‖² per expert: the first pass, for global normalisation."""
+@dataclass
+class _IO:
+    """How tensors are read: the checkpoints, read-ahead, and the chunk size of element-wise methods."""
+
+    base: Checkpoint
+    experts: Sequence[Checkpoint]
+    prefetch: bool
+    chunk: int | None
+    #: per worker thread: reusable chunk buffers (fresh memory costs a page fault per 4 KiB)
+    local: threading.local = field(default_factory=threading.local)
+
+    def _buffer(self, key: str, slot: int, nbytes: int) -> torch.Tensor:
+        import torch
+
+        buffers = self.local.__dict__.setdefault(key, {})
+        buf = buffers.get(slot)
+        if buf is None or buf.numel() < nbytes:
+            buf = buffers[slot] = torch.empty(nbytes, dtype=torch.uint8)
+        return buf
+
+    def read_float(
+        self, ckpt: Checkpoint, info: TensorInfo, start: int, stop: int, slot: int | None = None
+    ) -> torch.Tensor:
+        """Elements [start, stop) as float32. With ``slot`` (chunks), in this thread's reusable
+        buffers for that slot, valid until its next read; without, in memory the caller owns."""
+        import torch
+
+        if slot is None or self.chunk is None:
+            raw = ckpt.read_range(info, start, stop)
+            return raw.to(torch.float32) if raw.dtype != torch.float32 else raw
+        n = stop - start
+        raw = ckpt.read_range(info, start, stop, out=self._buffer("raw", slot, n * ITEMSIZE[info.dtype]))
+        return self._buffer("f32", slot, n * 4)[: n * 4].view(torch.float32).copy_(raw)
+
+    def ahead(self, info: TensorInfo, start: int, stop: int) -> None:
+        if self.prefetch and stop > start:
+            for ckpt in (self.base, *self.experts):
+                ckpt.will_need(info, start, stop)
+
+
+def _tensor_sq_norms(io: _IO, runner: _Runner, info: TensorInfo) -> list[float]:
+    """‖θ_i − θ_base‖² of one tensor per expert: δ_i built chunk by chunk in one float32 tensor
+    (element-wise, so exact), then one ``vector_norm`` over the whole of it, as a whole-tensor
+    computation does: the norms, and so the normalised output, do not depend on the chunk size."""
     import torch
 
-    sq = [0.0] * len(loader.experts)
-    total = sum(i.nbytes for i in infos) * (len(loader.experts) + 1)
+    if runner.stop.is_set():
+        return []
+    ranges = _ranges(info.numel, io.chunk)
+    with runner.budget.hold(info.numel * 4):
+        out = []
+        for j, ckpt in enumerate(io.experts):
+            delta = torch.empty(info.numel, dtype=torch.float32)
+            for k, (a, b) in enumerate(ranges):
+                if io.prefetch and k + 1 < len(ranges):
+                    ckpt.will_need(info, *ranges[k + 1])
+                elif io.prefetch and j + 1 < len(io.experts):
+                    io.experts[j + 1].will_need(info, *ranges[0])
+                delta[a:b] = io.read_float(ckpt, info, a, b, slot=0)
+                delta[a:b].sub_(io.read_float(io.base, info, a, b, slot=1))
+            out.append(float(torch.linalg.vector_norm(delta.view(info.shape))) ** 2)
+            del delta
+    return out
+
+
+def _global_sq_norms(
+    io: _IO, runner: _Runner, infos: Sequence[TensorInfo], progress: Callable[[ProgressEvent], None] | None
+) -> list[float]:
+    """Σ over tensors of ‖θ_i − θ_base‖² per expert: the first pass, for global normalisation."""
+    sq = [0.0] * len(io.experts)
+    total = sum(i.nbytes for i in infos) * (len(io.experts) + 1)
     done = 0
-    for k, (info, base, experts) in enumerate(loader.iterate(infos)):
-        for j, e in enumerate(experts):
-            sq[j] += float(torch.linalg.vector_norm(e.sub_(base))) ** 2  # our own copy: in place is free
-        done += info.nbytes * (len(experts) + 1)
+    jobs = [lambda info=info: _tensor_sq_norms(io, runner, info) for info in infos]
+    for k, (info, per_expert) in enumerate(zip(infos, runner.map(jobs), strict=True)):
+        for j, value in enumerate(per_expert):
+            sq[j] += value  # in tensor order: the same sum whatever the number of workers
+        done += info.nbytes * (len(io.experts) + 1)
         if progress is not None:
             progress(ProgressEvent("norms", info.name, k + 1, len(infos), done, total))
     return sq
+
+
+@dataclass
+class _Merged:
+    """What merging one tensor produced, for the report (summed in tensor order by the caller)."""
+
+    own_sq: list[float] | None = None
+    stats: dict[str, list[float]] = field(default_factory=dict)
+    nonfinite: bool = False
+    warnings: list[str] = field(default_factory=list)
+
+
+def _merge_tensor(
+    io: _IO,
+    runner: _Runner,
+    info: TensorInfo,
+    writer: ShardWriter,
+    component: FusionMethod,
+    kwargs: dict[str, Any],
+    weights: list[float],
+    ctx: TensorContext,
+    chunked: bool,
+    own_norms: bool,
+    method_norms: bool,
+) -> _Merged | None:
+    """Read, merge and write one floating-point tensor (in chunks when ``chunked``)."""
+    import torch
+
+    if runner.stop.is_set():
+        return None
+    n = len(io.experts)
+    ranges = _ranges(info.numel, io.chunk if chunked else None)
+    result = _Merged(own_sq=[0.0] * n if own_norms else None)
+    out_dtype = torch_dtype(info.dtype)
+    width = ranges[0][1] - ranges[0][0]
+    with runner.budget.hold(width * (4 * (n + 2) + 2 * (n + 1))):
+        for k, (a, b) in enumerate(ranges):
+            if k + 1 < len(ranges):
+                io.ahead(info, *ranges[k + 1])
+            slot = 0 if chunked else None
+            b32 = io.read_float(io.base, info, a, b, slot)
+            e32 = [
+                io.read_float(ckpt, info, a, b, None if slot is None else 1 + j) for j, ckpt in enumerate(io.experts)
+            ]
+            if not chunked:
+                b32, e32 = b32.view(info.shape), [e.view(info.shape) for e in e32]
+            if result.own_sq is not None and not method_norms:
+                for j, e in enumerate(e32):
+                    result.own_sq[j] += float(torch.dist(e, b32)) ** 2
+            merged, stats = component.target(b32, e32, list(weights), ctx, **kwargs)
+            del b32, e32
+            stats = dict(stats or {})
+            delta_sq = stats.pop(DELTA_SQ, None)
+            if result.own_sq is not None and method_norms and delta_sq is not None:
+                for j, value in enumerate(delta_sq):
+                    result.own_sq[j] += float(value)
+            want = (b - a,) if chunked else info.shape
+            if not isinstance(merged, torch.Tensor) or tuple(merged.shape) != want:
+                shape = list(merged.shape) if isinstance(merged, torch.Tensor) else type(merged).__name__
+                raise FusionError(
+                    f"fusion method {component.name!r} returned {shape} for tensor {info.name}, "
+                    f"expected shape {list(want)}"
+                )
+            # a sum is finite only if every element is (NaN and ±inf propagate): one cheap reduction
+            if not math.isfinite(float(merged.sum())) and not bool(torch.isfinite(merged).all()):
+                result.nonfinite = True
+            for key, per_expert in stats.items():
+                acc = result.stats.setdefault(key, [0.0] * n)
+                for j, value in enumerate(per_expert):
+                    acc[j] += float(value)
+            writer.write_range(info, a, merged.reshape(-1).to(out_dtype))
+            del merged
+    return result
+
+
+def _copy_tensor(io: _IO, info: TensorInfo, writer: ShardWriter) -> _Merged:
+    """A non-float tensor: copied from the base; an expert that differs is reported."""
+    import torch
+
+    raw = io.base.read(info.name)
+    result = _Merged()
+    for ckpt in io.experts:
+        if not torch.equal(ckpt.read(info.name), raw):
+            result.warnings.append(
+                f"tensor {info.name} ({info.dtype}) differs in {ckpt.label} ({ckpt.path}); "
+                "non-float tensors are copied from the base"
+            )
+    writer.write(info, raw)
+    return result
 
 
 def _merge_into(
@@ -454,65 +690,48 @@ def _merge_into(
     weights: list[float],
     seed: int,
     sq_norms: list[float] | None,
-    loader: _Loader,
+    io: _IO,
+    runner: _Runner,
     report: FusionReport,
     progress: Callable[[ProgressEvent], None] | None,
     bytes_total: int,
 ) -> None:
-    import torch
-
     kwargs = _settings_kwargs(settings)
     norms = tuple(math.sqrt(s) for s in sq_norms) if sq_norms is not None else None
     own_sq = [0.0] * len(experts)
     method_norms = has_delta_norms(component.target)
+    chunked = is_elementwise(component.target, settings)
     counts: dict[str, list[float]] = {}
     writers = {name: ShardWriter(tmp / name, shard) for name, shard in base.shards.items()}
-    float_infos = [i for i in infos if i.is_float]
-    float_iter = loader.iterate(float_infos)
+
+    def job(info: TensorInfo) -> Callable[[], _Merged | None]:
+        if not info.is_float:
+            return lambda: _copy_tensor(io, info, writers[info.file])
+        rng_key = aliases.get(info.name, info.name)
+        ctx = TensorContext(info.name, seed, rng_key, norms, streams={} if chunked else None)
+        counted = sq_norms is None and info.name not in aliases
+        return lambda: _merge_tensor(
+            io, runner, info, writers[info.file], component, kwargs, weights, ctx, chunked, counted, method_norms
+        )
+
     done_bytes = 0
     try:
-        for k, info in enumerate(infos):
+        for k, (info, result) in enumerate(zip(infos, runner.map([job(i) for i in infos]), strict=True)):
+            assert result is not None
+            report.warnings += result.warnings
             if info.is_float:
-                got, b32, e32 = next(float_iter)
-                assert got is info
-                counted = sq_norms is None and info.name not in aliases
-                if counted and not method_norms:
-                    for j, e in enumerate(e32):
-                        own_sq[j] += float(torch.dist(e, b32)) ** 2
-                ctx = TensorContext(info.name, seed, aliases.get(info.name, info.name), norms)
-                merged, stats = component.target(b32, e32, list(weights), ctx, **kwargs)
-                del b32, e32
-                stats = dict(stats or {})
-                delta_sq = stats.pop(DELTA_SQ, None)
-                if counted and method_norms and delta_sq is not None:
-                    for j, value in enumerate(delta_sq):
-                        own_sq[j] += float(value)
-                if not isinstance(merged, torch.Tensor) or tuple(merged.shape) != info.shape:
-                    shape = list(merged.shape) if isinstance(merged, torch.Tensor) else type(merged).__name__
-                    raise FusionError(
-                        f"fusion method {component.name!r} returned {shape} for tensor {info.name}, "
-                        f"expected shape {list(info.shape)}"
-                    )
-                # a sum is finite only if every element is (NaN and ±inf propagate): one cheap reduction
-                if not math.isfinite(float(merged.sum())) and not bool(torch.isfinite(merged).all()):
+                if result.own_sq is not None:
+                    for j, value in enumerate(result.own_sq):
+                        own_sq[j] += value
+                if result.nonfinite:
                     report.warnings.append(f"tensor {info.name}: the merged values contain NaN or inf")
-                for key, per_expert in stats.items():
+                for key, per_expert in result.stats.items():
                     acc = counts.setdefault(key, [0.0] * len(experts))
                     for j, value in enumerate(per_expert):
-                        acc[j] += float(value)
-                writers[info.file].write(info, merged.to(torch_dtype(info.dtype)))
-                del merged
+                        acc[j] += value
                 report.tensors_merged += 1
                 report.elements_merged += info.numel
             else:
-                raw = base.read(info.name)
-                for ckpt in experts:
-                    if not torch.equal(ckpt.read(info.name), raw):
-                        report.warnings.append(
-                            f"tensor {info.name} ({info.dtype}) differs in {ckpt.label} ({ckpt.path}); "
-                            "non-float tensors are copied from the base"
-                        )
-                writers[info.file].write(info, raw)
                 report.tensors_copied += 1
             done_bytes += info.nbytes * (len(experts) + 1)
             report.bytes_written += info.nbytes
@@ -521,8 +740,10 @@ def _merge_into(
         for writer in writers.values():
             writer.close()
     except BaseException:
+        runner.stop.set()
         for writer in writers.values():
-            writer.abort()
+            with contextlib.suppress(OSError):
+                writer.abort()
         raise
     report.bytes_read += done_bytes
     if sq_norms is None:

@@ -1,4 +1,4 @@
-"""The built-in fusion methods: LongCat's normalise → DARE drop → sign erase, task arithmetic, TIES.
+"""The built-in fusion methods: LongCat's normalise → DARE drop → sign erase, task arithmetic, TIES, DARE, breadcrumbs, SCE.
 
 Each is a plain per-tensor function following :mod:`longcat_plugins.fusion.contract`; its
 keyword-only parameters are its config. Inputs are float32 copies the method owns, so the
@@ -21,6 +21,7 @@ from longcat_plugins.fusion.contract import (
     ParamError,
     TensorContext,
     checks_params,
+    elementwise,
     reports_delta_norms,
     uses_global_norms,
 )
@@ -115,6 +116,7 @@ def _longcat_params(*, drop_rate: float, normalize: str, majority: str, **_: obj
 
 @checks_params(_longcat_params)
 @reports_delta_norms
+@elementwise(lambda settings: settings.normalize != "tensor")  # a tensor's own norm needs all of it
 @uses_global_norms(lambda settings: settings.normalize == "global")
 def longcat(
     base: "torch.Tensor",
@@ -169,6 +171,7 @@ def longcat(
 
 @checks_params(lambda **_: None)  # any float scale is meaningful
 @reports_delta_norms
+@elementwise(lambda settings: True)
 def task_arithmetic(
     base: "torch.Tensor",
     experts: "list[torch.Tensor]",
@@ -272,3 +275,245 @@ def ties(
     if scale != 1.0:
         merged.mul_(scale)
     return merged.add_(base), {"trimmed": trimmed, "erased": erased, DELTA_SQ: delta_sq}
+
+
+def _dare_params(*, density: float, majority: str = "mass", **_: object) -> None:
+    """dare_linear's and dare_ties' value rules."""
+    if not 0.0 < density <= 1.0:
+        raise ParamError("density", f"must be in (0, 1], got {density}")
+    _check_majority(majority)
+
+
+def _dare_drop(deltas: "list[torch.Tensor]", ctx: TensorContext, density: float, rescale: bool) -> list[float]:
+    """Keep each element of δ_i where ``torch.rand(..., generator=ctx.generator(i)) >= 1 − density``
+    (the documented keep-mask with p = 1 − density), times 1/density with ``rescale``; counts dropped."""
+    import torch
+
+    dropped = []
+    for i, delta in enumerate(deltas):
+        if density >= 1.0:
+            dropped.append(0.0)
+            continue
+        keep = torch.rand(delta.shape, generator=ctx.generator(i), dtype=torch.float32) >= 1.0 - density
+        dropped.append(float(delta.numel() - int(torch.count_nonzero(keep))))
+        delta.mul_(keep)
+        if rescale:
+            delta.div_(density)
+    return dropped
+
+
+@checks_params(_dare_params)
+@reports_delta_norms
+@elementwise(lambda settings: True)
+def dare_linear(
+    base: "torch.Tensor",
+    experts: "list[torch.Tensor]",
+    weights: list[float],
+    ctx: TensorContext,
+    *,
+    density: float = 0.5,
+    rescale: bool = True,
+    normalize: bool = False,
+    scale: float = 1.0,
+) -> "tuple[torch.Tensor, dict[str, list[float]]]":
+    """DARE with a weighted sum: drop each δ_i element with probability 1 − density, rescale the rest, add.
+
+    c_i = w_i · m_i ⊙ δ_i / density (``rescale``; m_i the seeded keep-mask, P(keep) = density);
+    merged = θ_base + ``scale`` · Σ_i c_i, divided by Σ_i w_i when ``normalize`` (a zero sum counts as 1).
+    """
+    _dare_params(density=density)
+    delta_sq = [_sub_and_norm(e, base) for e in experts]
+    dropped = _dare_drop(experts, ctx, density, rescale)
+    acc = experts[0].mul_(weights[0])
+    for w, e in zip(weights[1:], experts[1:], strict=True):
+        acc.add_(e.mul_(w))
+    total = sum(weights) if normalize else 1.0
+    factor = scale / (total if total != 0 else 1.0)
+    if factor != 1.0:
+        acc.mul_(factor)
+    return acc.add_(base), {"dropped": dropped, DELTA_SQ: delta_sq}
+
+
+def _disjoint_merge(
+    contribs: "list[torch.Tensor]",
+    weights: list[float],
+    majority: str,
+    normalize: bool,
+    positive: "torch.Tensor | None" = None,
+) -> "tuple[torch.Tensor, list[float]]":
+    """Σ of the contributions that agree with the majority direction, divided elementwise by the
+    weights of the agreeing ones when ``normalize`` (a zero divisor counts as 1); counts erased.
+    ``positive``: the majority direction when it was elected on other values than ``contribs``."""
+    import torch
+
+    if positive is None:
+        positive = _majority_positive(contribs, majority)
+    merged = torch.zeros_like(contribs[0])
+    divisor = torch.zeros_like(contribs[0]) if normalize else None
+    erased = []
+    for w, c in zip(weights, contribs, strict=True):
+        opposite = _opposes(c, positive)
+        erased.append(float(torch.count_nonzero(opposite)))
+        c.masked_fill_(opposite, 0.0)
+        merged.add_(c)
+        if divisor is not None:
+            divisor.add_((c != 0).to(c.dtype).mul_(w))
+    if divisor is not None:
+        divisor.masked_fill_(divisor == 0, 1.0)
+        merged.div_(divisor)
+    return merged, erased
+
+
+@checks_params(_dare_params)
+@reports_delta_norms
+@elementwise(lambda settings: True)
+def dare_ties(
+    base: "torch.Tensor",
+    experts: "list[torch.Tensor]",
+    weights: list[float],
+    ctx: TensorContext,
+    *,
+    density: float = 0.5,
+    rescale: bool = True,
+    majority: Majority = "mass",
+    normalize: bool = False,
+    scale: float = 1.0,
+) -> "tuple[torch.Tensor, dict[str, list[float]]]":
+    """DARE then TIES' sign election: drop and rescale each δ_i, weight, keep the entries that agree with the majority.
+
+    c_i = w_i · m_i ⊙ δ_i / density (as ``dare_linear``); m = majority direction of the c_i;
+    merged = θ_base + ``scale`` · Σ_agree c_i, divided by Σ_agree w_i when ``normalize``.
+    """
+    _dare_params(density=density, majority=majority)
+    delta_sq = [_sub_and_norm(e, base) for e in experts]
+    dropped = _dare_drop(experts, ctx, density, rescale)
+    for w, e in zip(weights, experts, strict=True):
+        e.mul_(w)
+    merged, erased = _disjoint_merge(experts, weights, majority, normalize)
+    if scale != 1.0:
+        merged.mul_(scale)
+    return merged.add_(base), {"dropped": dropped, "erased": erased, DELTA_SQ: delta_sq}
+
+
+def _ranked_ascending(values: "torch.Tensor", generator: "torch.Generator") -> "torch.Tensor":
+    """Indices of ``values`` (flat) in ascending order, equal values in a seeded random order."""
+    import torch
+
+    perm = torch.randperm(values.numel(), generator=generator)
+    order = torch.sort(values[perm], stable=True).indices
+    return perm[order]
+
+
+def _breadcrumbs_params(*, density: float, gamma: float, **_: object) -> None:
+    """breadcrumbs' value rules."""
+    if not 0.0 < density <= 1.0:
+        raise ParamError("density", f"must be in (0, 1], got {density}")
+    if not 0.0 <= gamma < 1.0:
+        raise ParamError("gamma", f"must be in [0, 1), got {gamma}")
+
+
+@checks_params(_breadcrumbs_params)
+@reports_delta_norms
+def breadcrumbs(
+    base: "torch.Tensor",
+    experts: "list[torch.Tensor]",
+    weights: list[float],
+    ctx: TensorContext,
+    *,
+    density: float = 0.9,
+    gamma: float = 0.01,
+    normalize: bool = False,
+    scale: float = 1.0,
+) -> "tuple[torch.Tensor, dict[str, list[float]]]":
+    """Model Breadcrumbs: drop each δ_i's largest outliers and its smallest entries, keep the band between, add.
+
+    Per expert, with n elements, k = int(density·n) and t = int(gamma·n): rank |δ_i| ascending
+    (equal magnitudes in a seeded random order, ``ctx.generator(i)``) and keep the k entries at
+    ranks [b, b + k) with b = max(0, n − k − t): the t largest go (fewer when k + t > n) and the
+    smallest fill the rest. merged = θ_base + ``scale`` · Σ_i w_i · kept_i, divided by Σ_i w_i
+    when ``normalize`` (a zero sum counts as 1).
+    """
+    import torch
+
+    _breadcrumbs_params(density=density, gamma=gamma)
+    delta_sq, cut = [], []
+    for i, (w, e) in enumerate(zip(weights, experts, strict=True)):
+        delta_sq.append(_sub_and_norm(e, base))
+        n = e.numel()
+        k, t = int(density * n), int(gamma * n)
+        if density < 1.0 or t > 0:
+            low = max(0, n - k - t)
+            ranked = _ranked_ascending(e.view(-1).abs(), ctx.generator(i))
+            keep = torch.zeros(n, dtype=torch.bool)
+            keep[ranked[low : low + k]] = True
+            del ranked
+            e.view(-1).mul_(keep)
+            cut.append(float(n - min(k, n)))
+        else:
+            cut.append(0.0)
+        e.mul_(w)
+    acc = experts[0]
+    for e in experts[1:]:
+        acc.add_(e)
+    total = sum(weights) if normalize else 1.0
+    factor = scale / (total if total != 0 else 1.0)
+    if factor != 1.0:
+        acc.mul_(factor)
+    return acc.add_(base), {"trimmed": cut, DELTA_SQ: delta_sq}
+
+
+def _sce_params(*, select_topk: float, majority: str, **_: object) -> None:
+    """sce's value rules."""
+    if not 0.0 < select_topk <= 1.0:
+        raise ParamError("select_topk", f"must be in (0, 1], got {select_topk}")
+    _check_majority(majority)
+
+
+@checks_params(_sce_params)
+@reports_delta_norms
+def sce(
+    base: "torch.Tensor",
+    experts: "list[torch.Tensor]",
+    weights: list[float],
+    ctx: TensorContext,
+    *,
+    select_topk: float = 1.0,
+    majority: Majority = "mass",
+) -> "tuple[torch.Tensor, dict[str, list[float]]]":
+    """SCE (FuseChat): select the elements where the experts vary most, weight experts by their squared deltas, erase minority signs.
+
+    On c_i = w_i · δ_i: **select**: keep the k = int(select_topk · #nonzero-variance) elements with
+    the largest variance across experts (population variance; equal variances at the cut in a
+    seeded random order, ``ctx.generator(N)``), zero the rest in every c_i (``select_topk: 1``
+    keeps all); **calculate**: η_i = Σ c_i² / Σ_j Σ c_j² over the tensor (1/N each when all are
+    zero); **erase**: entries of c_i against the majority direction are zeroed;
+    merged = θ_base + Σ_i η_i c_i / Σ_i η_i [c_i ≠ 0] (a zero divisor counts as 1).
+    """
+    import torch
+
+    _sce_params(select_topk=select_topk, majority=majority)
+    n = len(experts)
+    delta_sq = []
+    for w, e in zip(weights, experts, strict=True):
+        delta_sq.append(_sub_and_norm(e, base))
+        e.mul_(w)
+    unselected = [0.0] * n
+    if select_topk < 1.0 and n > 1:
+        var = torch.var(torch.stack([e.view(-1) for e in experts]), dim=0, unbiased=False)
+        k = int(int(torch.count_nonzero(var)) * select_topk)
+        ranked = _ranked_ascending(var, ctx.generator(n))
+        keep = torch.zeros(var.numel(), dtype=torch.bool)
+        if k > 0:
+            keep[ranked[-k:]] = True
+        del ranked, var
+        for i, e in enumerate(experts):
+            unselected[i] = float(e.numel() - k)
+            e.view(-1).mul_(keep)
+    energy = [float(torch.linalg.vector_norm(e)) ** 2 for e in experts]
+    total = sum(energy)
+    eta = [x / total for x in energy] if total > 0 else [1.0 / n] * n
+    positive = _majority_positive(experts, majority)  # elected on the c_i, before the η weighting
+    for e, h in zip(experts, eta, strict=True):
+        e.mul_(h)
+    merged, erased = _disjoint_merge(experts, eta, majority, normalize=True, positive=positive)
+    return merged.add_(base), {"unselected": unselected, "erased": erased, DELTA_SQ: delta_sq}

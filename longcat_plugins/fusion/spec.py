@@ -94,7 +94,7 @@ def run_config(
     host: Host | None = None,
     progress: Callable[[ProgressEvent], None] | None = None,
     dry_run: bool = False,
-    prefetch: bool = False,
+    prefetch: bool = True,
 ) -> FusionReport:
     """Run a parsed fuse config; an unknown method or bad params are reported at their key path."""
     from longcat_plugins.fusion.engine import Expert, fuse
