@@ -324,6 +324,17 @@ def test_validate_exits_2_on_bad_data_settings_before_ray_starts() -> None:
     )
     assert bad.returncode == 2, bad.stdout + bad.stderr
     assert "longcat.settings.scheduler.longcat_data" in bad.stderr and "budget.budget" in bad.stderr
+    # the recipe-level check: a context budget above the rollout's ceiling, without the agent loop
+    too_long = run_cli(
+        "validate",
+        recipe,
+        "trainer.v1.trainer_mode=longcat_data",
+        "+longcat.settings.scheduler.longcat_data.context.enable=true",
+        "+longcat.settings.scheduler.longcat_data.context.budgets=[8,64]",
+    )
+    assert too_long.returncode == 2, too_long.stdout + too_long.stderr
+    assert "longcat.settings.scheduler.longcat_data.context.budgets" in too_long.stderr
+    assert "actor_rollout_ref.rollout.agent.default_agent_loop" in too_long.stderr
 
 
 def test_all_settings_combinations_construct() -> None:

@@ -49,12 +49,19 @@ STATE_FILE = "longcat_data.json"
 BUDGETED_AGENT_LOOP = "longcat_single_turn"
 GROUP_KEY = "longcat_group"
 MAX_TOKENS_KEY = "longcat_max_tokens"
+ENV_TRACE = "LONGCAT_DATA_TRACE"
 
 
 def check_config(config: DictConfig) -> list[str]:
     """Problems that stop a ``longcat_data`` run, each naming its key path."""
     problems: list[str] = []
-    settings = data_settings()
+    from omegaconf import OmegaConf
+
+    raw = OmegaConf.select(config, "longcat.settings.scheduler.longcat_data", default=None)
+    try:
+        settings = DataSettings(**(OmegaConf.to_container(raw, resolve=True) if raw is not None else {}))
+    except (TypeError, ValueError):
+        return problems  # the settings check reports these with their key path
     if not config.trainer.get("use_v1", False):
         problems.append(f"trainer.use_v1: the {MODE} trainer is a v1 trainer; set trainer.use_v1=true")
     algorithm = config.get("algorithm", {}) or {}
@@ -249,7 +256,17 @@ class LongcatDataTrainer(PPOTrainerSync):
         draws = math.ceil(self.data.pool_factor * self.config.data.train_batch_size / gen)
         pool = _concat([self._draw() for _ in range(draws)])
         plan, self._plan_metrics = self.planner.plan(candidates_of(pool, self.data))
+        self._trace(plan)
         return self._rows(pool, plan)
+
+    def _trace(self, plan: list[RowPlan]) -> None:
+        """With ``LONGCAT_DATA_TRACE`` set, one JSON line per step: the planned rows."""
+        path = os.environ.get(ENV_TRACE)
+        if not path:
+            return
+        rows = [[r.task, r.group, r.rollouts, r.max_tokens] for r in plan]
+        with open(path, "a") as sink:
+            sink.write(json.dumps({"step": self.global_steps, "rows": rows}) + "\n")
 
     def _rows(self, pool: dict[str, Any], plan: list[RowPlan]) -> Any:
         batch = _take(pool, [r.row for r in plan])
