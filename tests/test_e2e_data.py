@@ -1,8 +1,8 @@
 """The data strategies through verl's real v1 trainer (``trainer.v1.trainer_mode=longcat_data``):
-budget allocation + pass-rate oversampling + the context budget + the curriculum on the tiny
-model, 3 steps; the ``longcat/data/*`` metrics show the decisions, every request keeps to the
-planned response budget, and a run resumed from the step-2 checkpoint plans step 3 row for row
-as the uninterrupted run did."""
+budget allocation + pass-rate oversampling + the context budget + the curriculum + per-domain
+rollout quotas + replay on the tiny model, 3 steps; the ``longcat/data/*`` metrics show the
+decisions, every request keeps to the planned response budget, and a run resumed from the
+step-2 checkpoint plans step 3 row for row as the uninterrupted run did."""
 
 from __future__ import annotations
 
@@ -32,16 +32,25 @@ OVERRIDES = [
     f"{SETTINGS}.context.near=0.5",
     f"{SETTINGS}.curriculum.enable=true",
     f"{SETTINGS}.pool_factor=2",
+    f"{SETTINGS}.quotas.enable=true",
+    f"{SETTINGS}.quotas.domain_key=data_source",
+    f"{SETTINGS}.quotas.domain_ratios={{arith_a:0.5,arith_b:0.5}}",
+    f"{SETTINGS}.quotas.domain_oversampling={{arith_b:2.0}}",
+    f"{SETTINGS}.quotas.tolerance=0.25",
+    f"{SETTINGS}.replay.enable=true",
+    f"{SETTINGS}.replay.reuse_ratio=0.25",
 ]
 
 
 def with_pass_rates(train: Path, out: Path) -> Path:
-    """The tiny training set with a historical pass rate per task (``extra_info.pass_rate``)."""
+    """The tiny training set with a historical pass rate per task (``extra_info.pass_rate``) and
+    two domains (``data_source``)."""
     import pandas as pd
 
     rows = pd.read_parquet(train)
     rates = [0.05, 0.35, 0.65, 0.95]
     rows["extra_info"] = [{**info, "pass_rate": rates[i % 4]} for i, info in enumerate(rows["extra_info"])]
+    rows["data_source"] = ["arith_a" if i % 2 else "arith_b" for i in range(len(rows))]
     rows.to_parquet(out)
     return out
 
@@ -63,12 +72,29 @@ def test_data_strategies_act_in_verls_trainer_and_resume_row_for_row(
     budget = 4 * 4  # train_batch_size x rollout.n of the recipe
     for record in steps.values():
         assert record["longcat/data/plan/rollouts"] == budget == record["longcat/data/plan/budget"]
-        assert record["longcat/data/trained_samples"] == budget
+        # per-domain rollout quotas: arith_b (oversampling 2) may start twice its share of prompts
+        assert (
+            record["longcat/data/quotas/arith_b/rollout_quota"]
+            == 4
+            == 2 * record["longcat/data/quotas/arith_a/rollout_quota"]
+        )
+        assert (
+            record["longcat/data/quotas/arith_b/prompts_started"]
+            > record["longcat/data/quotas/arith_a/prompts_started"]
+        )
+        assert (
+            record["longcat/data/quotas/arith_a/trained_groups"] > 0
+            and record["longcat/data/quotas/arith_b/trained_groups"] > 0
+        )
         assert 0.0 <= record["longcat/data/zero_variance_group_frac"] <= 1.0
         assert record["longcat/data/rollout_tokens"] > 0
         # every request kept to the step's planned response budget (D6, per request)
         assert record["response_length/max"] <= record["longcat/data/context/max_tokens"]
     assert steps[3]["longcat/data/tasks_tracked"] > steps[1]["longcat/data/tasks_tracked"]
+    # the surplus the quotas started is kept and mixed into later batches, within the bound
+    assert steps[1]["longcat/data/batch/surplus_groups"] > 0
+    assert sum(steps[s]["longcat/data/replay/reused_groups"] for s in (2, 3)) > 0
+    assert max(steps[s]["longcat/data/replay/staleness/max"] for s in (2, 3)) <= 1
     assert steps[3]["longcat/data/rollout_tokens/total"] == sum(
         s["longcat/data/rollout_tokens"] for s in steps.values()
     )
