@@ -21,6 +21,11 @@ def components() -> list[Component]:
                 "with context management (2601 report §3.3.2)."
             ),
         ),
+        AgentLoop(
+            "longcat_single_turn",
+            "longcat_plugins.data.agent_loop:BudgetedSingleTurnAgentLoop",
+            summary="verl's single-turn agent loop with a per-request response budget (``longcat_max_tokens``).",
+        ),
         Tool(
             "longcat_env_tool",
             f"{mod}._tools_verl:EnvironmentTool",

@@ -24,6 +24,14 @@ def components() -> list[Component]:
             f"{mod}.sampler:DoraReplayBuffer",
             summary="``ReplayBufferAsync`` deciding with the DORA core: version bound, online filter, domain mix.",
         ),
+        Trainer(
+            "longcat_data",
+            "longcat_plugins.data.trainer:LongcatDataTrainer",
+            config="longcat_plugins.data.settings:DataSettings",
+            summary=(
+                "verl's sync v1 trainer with planned prompts: budgets, oversampled groups, curricula, replay, quotas."
+            ),
+        ),
         SchedulePolicy(
             "dora_elastic",
             f"{mod}.elastic:DoraSchedulePolicy",

@@ -1,0 +1,321 @@
+"""The step planner: what each data strategy decides, composed, over the shared task statistics.
+
+:meth:`DataPlanner.plan` turns a pool of candidate prompts into prompt rows for verl's agent
+loop: which tasks (D3 curriculum order, S4 per-domain rollout quotas), how many rollouts each
+(D4 budget allocation, else uniform ``rollout.n``), split into how many independently normalised
+groups (D5/A5), with which response budget (D6). :meth:`DataPlanner.choose` picks the trained
+batch from the finished groups (S4 balance, D2 replay). :meth:`DataPlanner.observe` folds the
+trained groups' rewards and lengths back into :class:`~longcat_plugins.data.stats.TaskStats`,
+the curriculum and the context budget. Everything it decides is a ``longcat/data/*`` metric,
+and its whole state is plain JSON (:meth:`state_dict`), so a resumed run plans sample for sample
+what an uninterrupted one would.
+"""
+
+from __future__ import annotations
+
+import math
+import random
+from collections import Counter
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+
+from longcat_plugins.data.budget import greedy_allocate, spend_remainder, value_function
+from longcat_plugins.data.context import ContextCurriculum
+from longcat_plugins.data.curriculum import TwoAxisCurriculum
+from longcat_plugins.data.oversampling import group_sizes, oversampling_coefficient, plan_groups
+from longcat_plugins.data.replay import BatchChoice, GroupRef, ReplayBuffer, choose_batch
+from longcat_plugins.data.settings import DataSettings
+from longcat_plugins.data.stats import TaskStats
+
+PREFIX = "longcat/data"
+
+
+@dataclass(frozen=True)
+class Candidate:
+    """One prompt drawn from the dataloader: its task id, domain, capability stage, historical pass rate."""
+
+    task: str
+    domain: str = ""
+    stage: str | None = None
+    historical: float | None = None
+
+
+@dataclass(frozen=True)
+class RowPlan:
+    """One prompt row to submit: candidate ``row`` as group ``group`` of its task, ``rollouts`` samples."""
+
+    row: int
+    task: str
+    domain: str
+    group: int
+    rollouts: int
+    max_tokens: int | None
+
+    @property
+    def group_id(self) -> str:
+        """The ``longcat_group`` id: the task and the copy (A5)."""
+        return f"{self.task}#{self.group}"
+
+
+@dataclass(frozen=True)
+class GroupResult:
+    """A trained group: its task, copy, rewards and generated lengths."""
+
+    task: str
+    group: int
+    rewards: list[float | None]
+    lengths: list[int]
+    replayed: bool = False
+
+
+class DataPlanner:
+    """Plans the prompts of each step and learns from the trained groups."""
+
+    def __init__(self, settings: DataSettings, batch_prompts: int, rollout_n: int, seed: int = 0) -> None:
+        self.settings = settings
+        self.batch_prompts = batch_prompts
+        self.rollout_n = rollout_n
+        self.stats = TaskStats(settings.prior_pass_rate, settings.momentum)
+        cur = settings.curriculum
+        self.curriculum = TwoAxisCurriculum(cur.stages, cur.floors, cur.advance_at, cur.window) if cur.enable else None
+        ctx = settings.context
+        self.context = ContextCurriculum(ctx.budgets, ctx.near, ctx.percentile) if ctx.enable else None
+        self.rng = random.Random(seed)
+        self.replay: ReplayBuffer[GroupRef] | None = (
+            ReplayBuffer(settings.replay.capacity, self.rng) if settings.replay.enable else None
+        )
+        self.rollout_tokens = 0
+        self.steps = 0
+
+    # -- the budget ----------------------------------------------------------------------------
+
+    @property
+    def budget(self) -> int:
+        """Rollouts per step: D4's ``budget``, else ``batch_prompts × rollout.n`` (uniform n)."""
+        return self.settings.budget.budget or self.batch_prompts * self.rollout_n
+
+    def quotas(self, batch_groups: int) -> Any:
+        """The core's ``DomainQuotas`` for a trained batch of ``batch_groups`` groups."""
+        from longcat_plugins.schedulers.core.config import DoraConfig
+        from longcat_plugins.schedulers.core.quotas import DomainQuotas
+
+        q = self.settings.quotas
+        config = DoraConfig.from_mapping(
+            {
+                "batch_size": max(1, batch_groups),
+                "domain_ratios": dict(q.domain_ratios),
+                "domain_tolerance": float(q.tolerance),
+                "domain_oversampling": dict(q.domain_oversampling),
+            },
+            path="longcat.settings.scheduler.longcat_data.quotas",
+        )
+        return DomainQuotas(config, q.domain_ratios)
+
+    # -- planning ------------------------------------------------------------------------------
+
+    def plan(self, candidates: Sequence[Candidate]) -> tuple[list[RowPlan], dict[str, float]]:
+        """Rows to submit for this step, and the decisions as metrics."""
+        s = self.settings
+        metrics: dict[str, float] = {}
+        rates = [self.stats.pass_rate(c.task, c.historical) for c in candidates]
+        order = list(range(len(candidates)))
+        if self.curriculum is not None:
+            order, n_open = self.curriculum.order([c.stage for c in candidates], rates)
+            metrics[f"{PREFIX}/curriculum/stage"] = float(self.curriculum.stage)
+            metrics[f"{PREFIX}/curriculum/level"] = float(self.curriculum.level)
+            metrics[f"{PREFIX}/curriculum/floor"] = self.curriculum.floors[self.curriculum.level]
+            metrics[f"{PREFIX}/curriculum/open_candidates"] = float(n_open)
+            metrics[f"{PREFIX}/curriculum/filled_not_open"] = float(
+                max(0, min(self.batch_prompts, len(order)) - n_open)
+            )
+        if s.quotas.enable:
+            chosen = self._quota_selection(candidates, order, metrics)
+        else:
+            chosen = order[: self.batch_prompts]
+        chosen_rates = [rates[i] for i in chosen]
+        budget = self.budget
+        if s.budget.enable:
+            b = s.budget
+            if len(chosen) * b.n_min > budget:
+                chosen = chosen[: budget // b.n_min]
+                chosen_rates = chosen_rates[: len(chosen)]
+            alloc = greedy_allocate(chosen_rates, budget, b.n_min, b.n_max, value_function(b.value))
+            alloc = spend_remainder(alloc, budget, b.n_max)
+            if s.oversampling.enable:
+                o = s.oversampling
+                splits = [
+                    group_sizes(n, oversampling_coefficient(p, o.k_min, o.k_max), o.min_group)
+                    for n, p in zip(alloc, chosen_rates, strict=True)
+                ]
+            else:
+                splits = [[n] for n in alloc]
+        elif s.oversampling.enable:
+            o = s.oversampling
+            g = o.group_size or self.rollout_n
+            ks = plan_groups(chosen_rates, o.k_min, o.k_max, g, budget)
+            splits = [[g] * k for k in ks]
+        else:
+            splits = [[self.rollout_n] for _ in chosen]
+        max_tokens = self.context.max_tokens if self.context is not None else None
+        rows = [
+            RowPlan(i, candidates[i].task, candidates[i].domain, j, n, max_tokens)
+            for i, sizes in zip(chosen, splits, strict=True)
+            for j, n in enumerate(sizes)
+            if n > 0
+        ]
+        per_task = [sum(sizes) for sizes in splits if sum(sizes) > 0]
+        metrics.update(
+            {
+                f"{PREFIX}/plan/tasks": float(len(per_task)),
+                f"{PREFIX}/plan/groups": float(len(rows)),
+                f"{PREFIX}/plan/rollouts": float(sum(r.rollouts for r in rows)),
+                f"{PREFIX}/plan/budget": float(budget),
+                f"{PREFIX}/plan/rollouts_per_task/max": float(max(per_task, default=0)),
+                f"{PREFIX}/plan/rollouts_per_task/min": float(min(per_task, default=0)),
+                f"{PREFIX}/plan/groups_per_task/max": float(max((len(x) for x in splits if x), default=0)),
+                f"{PREFIX}/plan/pass_rate/mean": float(np.mean(chosen_rates)) if chosen_rates else 0.0,
+                f"{PREFIX}/plan/tasks_seen_before": float(sum(self.stats.seen(candidates[i].task) for i in chosen)),
+            }
+        )
+        if max_tokens is not None:
+            metrics[f"{PREFIX}/context/max_tokens"] = float(max_tokens)
+        return rows, metrics
+
+    def _quota_selection(
+        self, candidates: Sequence[Candidate], order: list[int], metrics: dict[str, float]
+    ) -> list[int]:
+        """S4 at generation time: each domain may start ``ceil(share × prompts × oversampling)``
+        prompts this step (slow or rare domains more than their share of the trained batch)."""
+        q = self.settings.quotas
+        unknown = sorted({candidates[i].domain for i in order} - set(q.domain_ratios))
+        if unknown:
+            raise ValueError(
+                f"longcat.settings.scheduler.longcat_data.quotas.domain_ratios has no share for domain(s) {unknown} "
+                f"(read from the row field {q.domain_key!r}); it names {sorted(q.domain_ratios)}"
+            )
+        quota = {
+            d: math.ceil(share * self.batch_prompts * q.domain_oversampling.get(d, 1.0) - 1e-9)
+            for d, share in q.domain_ratios.items()
+        }
+        taken: Counter[str] = Counter()
+        chosen = []
+        for i in order:
+            d = candidates[i].domain
+            if taken[d] < quota[d]:
+                chosen.append(i)
+                taken[d] += 1
+        for d in sorted(quota):
+            metrics[f"{PREFIX}/quotas/{d}/rollout_quota"] = float(quota[d])
+            metrics[f"{PREFIX}/quotas/{d}/prompts_started"] = float(taken[d])
+        return chosen
+
+    # -- the trained batch ---------------------------------------------------------------------
+
+    def choose(self, fresh: list[GroupRef], step: int) -> tuple[BatchChoice, dict[str, float]]:
+        """The trained batch among this step's finished groups (and the replay buffer)."""
+        s = self.settings
+        size = len(fresh)
+        quotas = None
+        if s.quotas.enable:
+            size = min(len(fresh), self._trained_groups(fresh))
+            quotas = self.quotas(size)
+        choice = choose_batch(
+            fresh, size, step, self.replay, s.replay.reuse_ratio, s.replay.staleness, quotas, self.rng
+        )
+        metrics = {
+            f"{PREFIX}/batch/groups": float(len(choice.train)),
+            f"{PREFIX}/batch/surplus_groups": float(len(fresh) - (len(choice.train) - len(choice.replayed))),
+        }
+        if self.replay is not None:
+            metrics[f"{PREFIX}/replay/reused_groups"] = float(len(choice.replayed))
+            metrics[f"{PREFIX}/replay/buffered_groups"] = float(len(self.replay))
+            metrics[f"{PREFIX}/replay/dropped_groups"] = float(len(choice.dropped))
+            metrics[f"{PREFIX}/replay/staleness/max"] = float(max((step - g.step for g in choice.replayed), default=0))
+        if quotas is not None:
+            counts = Counter(g.domain for g in choice.train)
+            total = max(1, sum(counts.values()))
+            for d in sorted(quotas.shares):
+                metrics[f"{PREFIX}/quotas/{d}/trained_groups"] = float(counts[d])
+            metrics[f"{PREFIX}/quotas/max_share_error"] = float(
+                max(abs(counts[d] / total - quotas.shares[d]) for d in quotas.shares)
+            )
+        return choice, metrics
+
+    def _trained_groups(self, fresh: list[GroupRef]) -> int:
+        """Groups a quota-balanced batch holds: the groups of ``batch_prompts`` prompts at the
+        step's mean groups per prompt (the rest of what the quotas started is surplus)."""
+        prompts = len({(g.task, g.step) for g in fresh}) or 1
+        return max(1, round(len(fresh) * min(1.0, self.batch_prompts / prompts)))
+
+    # -- learning from the trained groups ------------------------------------------------------
+
+    def observe(self, groups: Sequence[GroupResult], historical: Mapping[str, float] | None = None) -> dict[str, float]:
+        """Fold the trained groups in (sorted, so the order TransferQueue returns them in does not matter)."""
+        s = self.settings
+        historical = historical or {}
+        ordered = sorted(groups, key=lambda g: (g.task, g.group, g.replayed))
+        accs, zero_var, lengths = [], 0, []
+        for g in ordered:
+            valid = [r for r in g.rewards if r is not None]
+            if len(valid) > 1 and max(valid) == min(valid):
+                zero_var += 1
+            lengths += g.lengths
+            if g.replayed:
+                continue  # its task's rate already counted these rewards when they were fresh
+            acc = self.stats.observe(g.task, g.rewards, s.correct_threshold, historical.get(g.task))
+            if acc is not None:
+                accs.extend([r >= s.correct_threshold for r in valid])
+        accuracy = float(np.mean(accs)) if accs else None
+        metrics: dict[str, float] = {
+            f"{PREFIX}/zero_variance_group_frac": zero_var / len(ordered) if ordered else 0.0,
+            f"{PREFIX}/trained_groups": float(len(ordered)),
+            f"{PREFIX}/trained_samples": float(sum(len(g.rewards) for g in ordered)),
+        }
+        fresh_tokens = sum(sum(g.lengths) for g in ordered if not g.replayed)
+        self.rollout_tokens += fresh_tokens
+        metrics[f"{PREFIX}/rollout_tokens"] = float(fresh_tokens)
+        metrics[f"{PREFIX}/rollout_tokens/total"] = float(self.rollout_tokens)
+        if accuracy is not None:
+            metrics[f"{PREFIX}/batch_accuracy"] = accuracy
+            metrics[f"{PREFIX}/live_pass_rate"] = self.stats.observe_batch(accuracy)
+            if self.curriculum is not None:
+                metrics[f"{PREFIX}/curriculum/advanced"] = float(self.curriculum.observe(accuracy))
+        if self.context is not None and lengths:
+            raised = self.context.observe(lengths)
+            metrics[f"{PREFIX}/context/p{self.context.percentile:g}_length"] = float(
+                self.context.last_percentile or 0.0
+            )
+            metrics[f"{PREFIX}/context/raised"] = float(raised)
+        metrics[f"{PREFIX}/tasks_tracked"] = float(len(self.stats.rates.rates))
+        self.steps += 1
+        return metrics
+
+    # -- checkpoint ----------------------------------------------------------------------------
+
+    def state_dict(self) -> dict[str, Any]:
+        version, internal, gauss = self.rng.getstate()
+        return {
+            "stats": self.stats.state_dict(),
+            "curriculum": self.curriculum.state_dict() if self.curriculum is not None else None,
+            "context": self.context.state_dict() if self.context is not None else None,
+            "replay": self.replay.state_dict(lambda g: g.__dict__) if self.replay is not None else None,
+            "rng": [version, list(internal), gauss],
+            "rollout_tokens": self.rollout_tokens,
+            "steps": self.steps,
+        }
+
+    def load_state_dict(self, state: Mapping[str, Any]) -> None:
+        self.stats.load_state_dict(state["stats"])
+        if self.curriculum is not None and state.get("curriculum") is not None:
+            self.curriculum.load_state_dict(state["curriculum"])
+        if self.context is not None and state.get("context") is not None:
+            self.context.load_state_dict(state["context"])
+        if self.replay is not None and state.get("replay") is not None:
+            self.replay.load_state_dict(state["replay"], lambda d: GroupRef(**d))  # type: ignore[arg-type]
+        version, internal, gauss = state["rng"]
+        self.rng.setstate((version, tuple(internal), gauss))
+        self.rollout_tokens = int(state["rollout_tokens"])
+        self.steps = int(state["steps"])

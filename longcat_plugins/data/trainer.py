@@ -1,0 +1,341 @@
+"""The data strategies inside verl's v1 trainer: ``trainer.v1.trainer_mode=longcat_data``.
+
+verl's synchronous v1 trainer (``PPOTrainerSync``) with its prompt supply and batch choice
+replaced by :class:`~longcat_plugins.data.planner.DataPlanner`, at the seams verl offers:
+
+* **Prompts** (``_next_train_batch``): ``pool_factor × train_batch_size`` prompts are drawn from
+  verl's dataloader; the planner picks tasks (curriculum order, per-domain rollout quotas) and
+  gives each row its rollout count through ``__rollout_n__``, the per-prompt ``n`` verl's
+  agent-loop worker reads ("user can dynamically adjust n for each sample here"). A task split
+  into k groups (D5/A5) is k rows, each with its own uid (the key verl's GRPO and
+  ``longcat_grpo`` normalise by) and a ``longcat_group`` id ``<task>#<j>``; a response budget
+  (D6) rides along as ``longcat_max_tokens`` for the ``longcat_single_turn`` agent loop.
+* **Batch** (the replay buffer, :class:`DataReplayBuffer`): verl's sync ``ReplayBuffer`` waits
+  until every group of the step has finished; the planner chooses the trained groups (S4
+  balance, D2 replay of earlier surplus) and learns from their rewards (pass rates, live
+  accuracy, lengths). Its metrics join verl's as ``longcat/data/*``.
+* **Checkpoints**: the planner's state is written beside verl's ``data.pt`` as
+  ``longcat_data.json`` and read back on resume, so a resumed run plans what an uninterrupted
+  one would.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import math
+import os
+import uuid
+from typing import Any
+
+import numpy as np
+import torch
+from omegaconf import DictConfig
+from transfer_queue import KVBatchMeta
+from verl.trainer.ppo.v1 import replay_buffer as verl_replay_buffer
+from verl.trainer.ppo.v1.replay_buffer import ReplayBuffer
+from verl.trainer.ppo.v1.trainer_sync import PPOTrainerSync
+from verl.utils import tensordict_utils as tu
+
+from longcat_plugins.data.planner import Candidate, DataPlanner, GroupResult, RowPlan
+from longcat_plugins.data.replay import GroupRef
+from longcat_plugins.data.settings import SETTINGS_PATH, DataSettings, data_settings
+
+logger = logging.getLogger(__name__)
+
+MODE = "longcat_data"
+STATE_FILE = "longcat_data.json"
+#: the agent loop that applies a per-request response budget (D6)
+BUDGETED_AGENT_LOOP = "longcat_single_turn"
+GROUP_KEY = "longcat_group"
+MAX_TOKENS_KEY = "longcat_max_tokens"
+ENV_TRACE = "LONGCAT_DATA_TRACE"
+
+
+def check_config(config: DictConfig) -> list[str]:
+    """Problems that stop a ``longcat_data`` run, each naming its key path."""
+    problems: list[str] = []
+    from omegaconf import OmegaConf
+
+    raw = OmegaConf.select(config, "longcat.settings.scheduler.longcat_data", default=None)
+    try:
+        settings = DataSettings(**(OmegaConf.to_container(raw, resolve=True) if raw is not None else {}))
+    except (TypeError, ValueError):
+        return problems  # the settings check reports these with their key path
+    if not config.trainer.get("use_v1", False):
+        problems.append(f"trainer.use_v1: the {MODE} trainer is a v1 trainer; set trainer.use_v1=true")
+    algorithm = config.get("algorithm", {}) or {}
+    if (algorithm.get("filter_groups", None) or {}).get("enable", False):
+        problems.append(
+            f"algorithm.filter_groups.enable: the {MODE} trainer chooses its own batches; turn DAPO filtering off"
+        )
+    if int(config.trainer.v1.get(MODE, {}).get("parameter_sync_step", 1) or 1) != 1:
+        problems.append(f"trainer.v1.{MODE}.parameter_sync_step: must be 1 (one planned batch per step)")
+    batch, n = int(config.data.train_batch_size), int(config.actor_rollout_ref.rollout.n)
+    b = settings.budget
+    if b.enable:
+        budget = b.budget or batch * n
+        if budget < b.n_min:
+            problems.append(f"{SETTINGS_PATH}.budget.budget: {budget} rollouts cannot give one task n_min={b.n_min}")
+    ctx = settings.context
+    if ctx.enable:
+        limit = int(config.data.max_response_length)
+        if max(ctx.budgets) > limit:
+            problems.append(
+                f"{SETTINGS_PATH}.context.budgets: the largest budget {max(ctx.budgets)} exceeds "
+                f"data.max_response_length ({limit}), the rollout's ceiling"
+            )
+        agent = config.actor_rollout_ref.rollout.agent.get("default_agent_loop", None)
+        if agent != BUDGETED_AGENT_LOOP:
+            problems.append(
+                f"actor_rollout_ref.rollout.agent.default_agent_loop: {SETTINGS_PATH}.context needs the "
+                f"{BUDGETED_AGENT_LOOP!r} agent loop (it applies the per-request budget), got {agent!r}"
+            )
+    return problems
+
+
+def _field(batch: dict[str, Any], path: str, i: int) -> Any:
+    """Row ``i``'s value at a dotted ``path`` (``data_source``, ``extra_info.stage``); ``None`` if absent."""
+    head, *rest = path.split(".")
+    if head not in batch:
+        return None
+    value = batch[head][i]
+    for part in rest:
+        if not isinstance(value, dict) or part not in value:
+            return None
+        value = value[part]
+    return value.item() if hasattr(value, "item") else value
+
+
+def candidates_of(batch: dict[str, Any], settings: DataSettings) -> list[Candidate]:
+    """The planner's view of a dataloader batch (one candidate per row)."""
+    rows = len(batch["raw_prompt"])
+    out = []
+    for i in range(rows):
+        task = _field(batch, settings.task_key, i)
+        if task is None:
+            raise ValueError(f"{SETTINGS_PATH}.task_key={settings.task_key!r}: the row has no such field")
+        domain = _field(batch, settings.quotas.domain_key, i) if settings.quotas.enable else ""
+        if settings.quotas.enable and domain is None:
+            raise ValueError(
+                f"{SETTINGS_PATH}.quotas.domain_key={settings.quotas.domain_key!r}: the row has no such field"
+            )
+        stage = None
+        if settings.curriculum.enable and settings.curriculum.stage_key:
+            stage = _field(batch, settings.curriculum.stage_key, i)
+            if stage is None:
+                raise ValueError(
+                    f"{SETTINGS_PATH}.curriculum.stage_key={settings.curriculum.stage_key!r}: the row has no such field"
+                )
+        historical = _field(batch, settings.pass_rate_key, i) if settings.pass_rate_key else None
+        out.append(
+            Candidate(
+                str(task),
+                str(domain or ""),
+                None if stage is None else str(stage),
+                None if historical is None else float(historical),
+            )
+        )
+    return out
+
+
+def _take(batch: dict[str, Any], index: list[int]) -> dict[str, Any]:
+    idx = np.asarray(index, dtype=np.int64)
+    return {
+        k: (v[torch.as_tensor(idx)] if isinstance(v, torch.Tensor) else np.asarray(v, dtype=object)[idx])
+        for k, v in batch.items()
+    }
+
+
+def _concat(chunks: list[dict[str, Any]]) -> dict[str, Any]:
+    if len(chunks) == 1:
+        return chunks[0]
+    return {
+        k: torch.cat([c[k] for c in chunks])
+        if isinstance(chunks[0][k], torch.Tensor)
+        else np.concatenate([c[k] for c in chunks])
+        for k in chunks[0]
+    }
+
+
+class DataReplayBuffer(ReplayBuffer):
+    """verl's sync replay buffer; the planner picks the trained groups and learns from them."""
+
+    def __init__(self, *args: Any, trainer: LongcatDataTrainer, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self.trainer = trainer
+        self._replayed: set[str] = set()
+        self._choice_metrics: dict[str, float] = {}
+
+    def _select_prompt_uids(
+        self, partition_id: str, sampleable_keys: set[str], batch_size: int
+    ) -> tuple[list[str], dict[str, dict], dict[str, int]]:
+        if partition_id == "val":
+            return super()._select_prompt_uids(partition_id, sampleable_keys, batch_size)
+        _, partition, steps = super()._select_prompt_uids(partition_id, sampleable_keys, 0)
+        planner, refs = self.trainer.planner, self.trainer.group_refs
+        fresh = [
+            refs[uid] for uid in sorted(sampleable_keys) if uid in refs and uid not in self.trainer.buffered_uids()
+        ]
+        choice, self._choice_metrics = planner.choose(fresh, self.trainer.global_steps)
+        self._replayed = {g.uid for g in choice.replayed}
+        gone = {g.uid for g in choice.dropped}
+        stray = sampleable_keys - set(refs)  # refills of failed groups: trained as they are
+        if gone:
+            self._clear_groups(partition_id, gone)
+            for uid in gone:
+                refs.pop(uid, None)
+        return [g.uid for g in choice.train] + sorted(stray), partition, steps
+
+    def sample(self, global_steps: int, partition_id: str, batch_size: int) -> tuple[KVBatchMeta, dict]:
+        if partition_id == "val":
+            return super().sample(global_steps, partition_id, batch_size)
+        # wait for every group this step started, plus the buffered ones still in TransferQueue
+        wait_for = self.trainer.step_groups + len(self.trainer.buffered_uids())
+        batch, metrics = super().sample(global_steps, partition_id, wait_for)
+        metrics.update(self._choice_metrics)
+        metrics.update(self.trainer.observe(batch, self._replayed))
+        return batch, metrics
+
+
+class LongcatDataTrainer(PPOTrainerSync):
+    """verl's sync v1 trainer with planned prompts: budgets, oversampled groups, curricula, replay, quotas."""
+
+    #: run by ``longcat-plugins validate`` and the Hydra callback before Ray starts
+    check_config = staticmethod(check_config)
+
+    def __init__(self, config: DictConfig) -> None:
+        problems = check_config(config)
+        if problems:
+            raise ValueError(f"{MODE} trainer: invalid configuration:\n  " + "\n  ".join(problems))
+        self.data: DataSettings = data_settings()
+        self.planner = DataPlanner(
+            self.data,
+            batch_prompts=int(config.data.train_batch_size),
+            rollout_n=int(config.actor_rollout_ref.rollout.n),
+            seed=int(config.data.get("seed", 0) or 0),
+        )
+        #: uid -> the group it is, for every group submitted and not yet trained or dropped
+        self.group_refs: dict[str, GroupRef] = {}
+        self.step_groups = 0
+        self._plan_metrics: dict[str, float] = {}
+        super().__init__(config)
+
+    def buffered_uids(self) -> set[str]:
+        replay = self.planner.replay
+        return {g.uid for g in replay.items} if replay is not None else set()
+
+    # -- the seams ------------------------------------------------------------------------------
+
+    def _build_replay_buffer(self) -> DataReplayBuffer:
+        sampler = self.config.trainer.v1.sampler
+        return DataReplayBuffer(
+            trainer_mode=self.trainer_mode,
+            trainer_config=self.config.trainer.v1.get(self.trainer_mode, {}),
+            max_off_policy_threshold=sampler.max_off_policy_threshold,
+            max_off_policy_strategy=sampler.max_off_policy_strategy,
+            sampler_kwargs=sampler.sampler_kwargs,
+            refill_fn=self._add_prompts_to_generate,
+            trainer=self,
+        )
+
+    def _draw(self) -> dict[str, Any]:
+        """One dataloader batch (verl's own iterator, restarted at the end of an epoch)."""
+        try:
+            if self.train_dataloader_it is None:
+                self.train_dataloader_it = iter(self.train_dataloader)
+            return next(self.train_dataloader_it)
+        except StopIteration:
+            self.train_dataloader_it = iter(self.train_dataloader)
+            return next(self.train_dataloader_it)
+
+    def _next_train_batch(self, num_prompts: int | None = None) -> Any:
+        if num_prompts is not None and num_prompts != self.config.data.train_batch_size:
+            return super()._next_train_batch(num_prompts)  # verl's refill of failed groups
+        gen = self.config.data.get("gen_batch_size", None) or self.config.data.train_batch_size
+        draws = math.ceil(self.data.pool_factor * self.config.data.train_batch_size / gen)
+        pool = _concat([self._draw() for _ in range(draws)])
+        plan, self._plan_metrics = self.planner.plan(candidates_of(pool, self.data))
+        self._trace(plan)
+        return self._rows(pool, plan)
+
+    def _trace(self, plan: list[RowPlan]) -> None:
+        """With ``LONGCAT_DATA_TRACE`` set, one JSON line per step: the planned rows."""
+        path = os.environ.get(ENV_TRACE)
+        if not path:
+            return
+        rows = [[r.task, r.group, r.rollouts, r.max_tokens] for r in plan]
+        with open(path, "a") as sink:
+            sink.write(json.dumps({"step": self.global_steps, "rows": rows}) + "\n")
+
+    def _rows(self, pool: dict[str, Any], plan: list[RowPlan]) -> Any:
+        batch = _take(pool, [r.row for r in plan])
+        uids = [str(uuid.uuid4()) for _ in plan]
+        batch["uid"] = np.array(uids, dtype=object)
+        batch["__rollout_n__"] = np.array([r.rollouts for r in plan], dtype=object)
+        batch[GROUP_KEY] = np.array([r.group_id for r in plan], dtype=object)
+        if any(r.max_tokens is not None for r in plan):
+            batch[MAX_TOKENS_KEY] = np.array([r.max_tokens for r in plan], dtype=object)
+        for uid, r in zip(uids, plan, strict=True):
+            self.group_refs[uid] = GroupRef(uid, r.task, r.domain, self.global_steps, r.group)
+        self.step_groups = len(plan)
+        out = tu.get_tensordict(batch)
+        tu.assign_non_tensor_data(out, "global_steps", self.global_steps)
+        return out
+
+    # -- learning from the trained batch --------------------------------------------------------
+
+    def observe(self, batch: KVBatchMeta, replayed: set[str]) -> dict[str, float]:
+        """Rewards and lengths of the trained groups -> planner; its metrics for this step."""
+        data = verl_replay_buffer.tq.kv_batch_get(
+            keys=batch.keys, partition_id=batch.partition_id, select_fields=["rm_scores"]
+        )
+        scores = list(data["rm_scores"])
+        per_uid: dict[str, tuple[list[float | None], list[int]]] = {}
+        for key, tag, score in zip(batch.keys, batch.tags, scores, strict=True):
+            value = float(score.sum().item())
+            rewards, lengths = per_uid.setdefault(key.split("_")[0], ([], []))
+            rewards.append(value if math.isfinite(value) else None)
+            lengths.append(int(tag.get("response_len", 0)))
+        results = []
+        for uid, (rewards, lengths) in per_uid.items():
+            ref = self.group_refs.pop(uid, None)
+            if ref is None:
+                continue
+            results.append(GroupResult(ref.task, ref.group, rewards, lengths, replayed=uid in replayed))
+        metrics = dict(self._plan_metrics)
+        metrics.update(self.planner.observe(results))
+        return metrics
+
+    # -- checkpoints ----------------------------------------------------------------------------
+
+    def _save_checkpoint(self) -> None:
+        super()._save_checkpoint()
+        folder = os.path.join(self.config.trainer.default_local_dir, f"global_step_{self.global_steps}")
+        os.makedirs(folder, exist_ok=True)
+        tmp = os.path.join(folder, STATE_FILE + ".tmp")
+        with open(tmp, "w") as sink:
+            json.dump(self.planner.state_dict(), sink)
+        os.replace(tmp, os.path.join(folder, STATE_FILE))
+
+    def _load_checkpoint(self) -> None:
+        super()._load_checkpoint()
+        if self.global_steps <= 0:
+            return
+        if self.config.trainer.resume_mode == "resume_path":
+            folder = str(self.config.trainer.resume_from_path)
+        else:
+            folder = os.path.join(
+                os.path.abspath(self.config.trainer.default_local_dir), f"global_step_{self.global_steps}"
+            )
+        path = os.path.join(folder, STATE_FILE)
+        if not os.path.exists(path):
+            raise FileNotFoundError(f"{MODE} trainer: resuming from {folder} without its planner state {STATE_FILE}")
+        with open(path) as source:
+            self.planner.load_state_dict(json.load(source))
+        # the buffer's groups lived in TransferQueue, which verl's sync trainer does not checkpoint
+        if self.planner.replay is not None:
+            self.planner.replay.items = []
+
+
+__all__ = ["DataReplayBuffer", "LongcatDataTrainer", "check_config"]
