@@ -21,6 +21,15 @@ def components() -> list[Component]:
                 "with context management (2601 report §3.3.2)."
             ),
         ),
+        AgentLoop(
+            "longcat_code_agent",
+            f"{mod}.code_env._agent_loop:LongcatCodeAgentLoop",
+            config=f"{mod}.code_env._agent_loop:CodeAgentSettings",
+            summary=(
+                "Fix a repository in a sandboxed workspace with search, read, write, edit and shell tools, "
+                "rewarded by hidden tests."
+            ),
+        ),
         Tool(
             "longcat_env_tool",
             f"{mod}._tools_verl:EnvironmentTool",
