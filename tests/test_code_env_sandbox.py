@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import asyncio
 import concurrent.futures
+import dataclasses
 import fcntl
 import math
 import os
@@ -98,7 +99,8 @@ def mounts() -> int:
 
 @pytest.mark.parametrize("level", LEVELS, ids=lambda lv: lv.value)
 def test_warm_harness_isolates_every_case(level: IsolationLevel, work_root: str) -> None:
-    sb = Sandbox(level.value, LIMITS, work_root=work_root)
+    limits = dataclasses.replace(LIMITS, wall_s=1.0)
+    sb = Sandbox(level.value, limits, work_root=work_root)
     mod = "SEEN = []\n\ndef f(a):\n    SEEN.append(a)\n    return 2 * a + len(SEEN) - 1\n"
     cases = [CodeCase(f"t{i}", f"from m import f\nassert f({i}) == {2 * i}\n") for i in range(6)]
     cases += [
@@ -124,7 +126,7 @@ def test_warm_harness_isolates_every_case(level: IsolationLevel, work_root: str)
             os.chown(ws, uid, uid)
             os.chown(os.path.join(ws, "m.py"), uid, uid)
         try:
-            return await run_warm(sb, cases, ws, io, uid, LIMITS, ("m",)), uid
+            return await run_warm(sb, cases, ws, io, uid, limits, ("m",)), uid
         finally:
             await sb.release_uid(uid, fd)
 
@@ -137,7 +139,7 @@ def test_warm_harness_isolates_every_case(level: IsolationLevel, work_root: str)
     assert statuses["exit"] == "runtime_error"  # died without reporting: never a pass
     assert statuses["fork_bomb"] in ("time_limit", "runtime_error") and statuses["memory"] == "runtime_error"
     assert statuses["after"] == "passed", statuses
-    assert time.monotonic() - start < 6 * LIMITS.wall_s
+    assert time.monotonic() - start < 6 * limits.wall_s + 3
     if uid is not None:
         assert live_pids_of_uid(uid) == []
 
@@ -265,6 +267,7 @@ def test_golden_scores_one_and_broken_scores_less(pool_settings: CodeEnvSettings
 
 @pytest.mark.parametrize("pool_settings", LEVELS[:1], ids=lambda lv: lv.value, indirect=True)
 def test_hostile_code_under_test_is_contained(pool_settings: CodeEnvSettings, tasks_dir: Path) -> None:
+    pool_settings = dataclasses.replace(pool_settings, test_wall_s=0.5)  # the bomb runs out the batch's time
     ep = open_episode(tasks_dir, "code-00000", pool_settings)
     target = ep.task.golden_edit["path"]
     bomb = "import os\nwhile True:\n    try:\n        os.fork()\n    except OSError:\n        pass\n"
@@ -276,6 +279,9 @@ def test_hostile_code_under_test_is_contained(pool_settings: CodeEnvSettings, ta
     if ep.slot and ep.slot.uid is not None:
         assert live_pids_of_uid(ep.slot.uid) == []
     ep.close()
+    pool = episode_mod._pools.pop(pool_settings)
+    pool.close()
+    assert_pool_clean(pool)
 
 
 @pytest.mark.parametrize("pool_settings", LEVELS, ids=lambda lv: lv.value, indirect=True)
@@ -325,10 +331,10 @@ def test_pool_recycles_and_leaves_nothing_behind(level: IsolationLevel, work_roo
     pool = WorkspacePool(Sandbox(level.value, LIMITS, work_root=work_root), size=3)
     ids = sorted(p.name for p in tasks_dir.iterdir())
     pool.prewarm([str(tasks_dir / ids[0])])
-    scores = run_episodes(pool, tasks_dir, [ids[k % 2] for k in range(24)], concurrency=6)
-    assert scores == [1.0] * 24
-    assert pool.stats.ready_hits > 0 and pool.stats.recycled >= 23 and pool.stats.created <= 3 + pool.stats.replaced
-    pool.close()
+    scores = run_episodes(pool, tasks_dir, [ids[k % 2] for k in range(12)], concurrency=6)
+    assert scores == [1.0] * 12
+    pool.close()  # waits for the background resets
+    assert pool.stats.ready_hits > 0 and pool.stats.recycled == 12 and pool.stats.created <= 3 + pool.stats.replaced
     assert_pool_clean(pool)
     assert os.listdir(work_root) == []
     assert mounts() == n_mounts
