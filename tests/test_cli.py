@@ -76,7 +76,7 @@ def test_validate_exit_codes(tmp_path: Path, example_plugin_installed: None) -> 
     assert missing.returncode == 2 and "not found" in missing.stderr
 
 
-@pytest.mark.parametrize("recipe", ["arithmetic", "tool_agent", "dora"])
+@pytest.mark.parametrize("recipe", ["arithmetic", "tool_agent", "dora", "code_agent"])
 def test_each_demo_recipe_composes_on_locally_built_data_and_passes_the_cpu_checks(
     recipe: str, tiny_assets: Any, tmp_path: Path
 ) -> None:
@@ -97,5 +97,5 @@ def test_each_demo_recipe_composes_on_locally_built_data_and_passes_the_cpu_chec
     problems, _ = validate_config(cfg, cpu_preflight=True)
     assert problems == [], problems
     assert not list(tmp_path.rglob("*.tmp"))
-    with pytest.raises(ValueError, match="choices: arithmetic, tool_agent, dora"):
+    with pytest.raises(ValueError, match="choices: arithmetic, tool_agent, dora, code_agent"):
         prepare_demo("nope", built, steps=2)

@@ -26,6 +26,15 @@ def components() -> list[Component]:
             "longcat_plugins.data.agent_loop:BudgetedSingleTurnAgentLoop",
             summary="verl's single-turn agent loop with a per-request response budget (``longcat_max_tokens``).",
         ),
+        AgentLoop(
+            "longcat_code_agent",
+            f"{mod}.code_env._agent_loop:LongcatCodeAgentLoop",
+            config=f"{mod}.code_env._agent_loop:CodeAgentSettings",
+            summary=(
+                "Fix a repository in a sandboxed workspace with search, read, write, edit and shell tools, "
+                "rewarded by hidden tests."
+            ),
+        ),
         Tool(
             "longcat_env_tool",
             f"{mod}._tools_verl:EnvironmentTool",

@@ -220,7 +220,7 @@ class LongcatToolAgentLoop(AgentLoopBase):
         """One trajectory: a list of outputs (one per context segment) under the v1 trainer, else the last one."""
         extra_info = plain(kwargs.get("extra_info")) or {}
         curriculum, level = await self._curriculum_level(extra_info)
-        episode = await asyncio.get_running_loop().run_in_executor(None, lambda: open_episode(extra_info, level))
+        episode = await self._open_episode(extra_info, level)
         system, question, template_tools = opening_messages(episode, self.settings.tools_style, self.tools_in_template)
         self._parser_tools = _parser_tool_schemas([plain(s) for s in episode.tool_schemas()])
 
@@ -280,6 +280,10 @@ class LongcatToolAgentLoop(AgentLoopBase):
         return client, await client.assign()
 
     # -- pieces -----------------------------------------------------------------------------
+
+    async def _open_episode(self, extra_info: Any, level: int) -> Any:
+        """The sample's episode (an environment family with other episodes overrides this)."""
+        return await asyncio.get_running_loop().run_in_executor(None, lambda: open_episode(extra_info, level))
 
     async def _new_segment(self, messages: list[dict[str, Any]], tools: list[dict[str, Any]] | None) -> Segment:
         prompt_ids = await self.ct_build_initial_tokens(messages, tools=tools)

@@ -7,6 +7,8 @@ locally built data it needs, so every family can be seen end to end on a laptop.
   model on the one-operation task with the partial-credit reward instead.
 - ``tool_agent``: GRPO through the ``longcat_tool_agent`` agent loop on generated ``retail``
   environments, with noise and context management (``tool_agent_cpu.yaml``).
+- ``code_agent``: GRPO through the ``longcat_code_agent`` agent loop on generated repository
+  tasks, shell and hidden tests in the code sandbox (``code_agent_cpu.yaml``; random init).
 - ``dora``: the ``dora`` v1 trainer with two ``hf`` replicas holding different policy versions
   on a long-tailed workload (``dora_cpu.yaml``).
 
@@ -28,7 +30,11 @@ RECIPES: dict[str, tuple[str, str]] = {
     "arithmetic": ("cpu_demo", "GRPO on a warm-started arithmetic model; held-out exact match rises"),
     "tool_agent": ("tool_agent_cpu", "GRPO through the longcat_tool_agent loop on generated retail environments"),
     "dora": ("dora_cpu", "the dora trainer: two hf replicas, mixed policy versions, long-tailed lengths"),
+    "code_agent": ("code_agent_cpu", "GRPO through the longcat_code_agent loop on generated repository tasks"),
 }
+
+#: repository tasks the code-agent demo trains on
+DEMO_CODE_TASKS = 16
 
 #: environments the tool-agent demo trains on (3 tasks each on average)
 DEMO_ENVIRONMENTS = 2
@@ -92,6 +98,9 @@ def prepare_demo(recipe: str, built: Assets, steps: int, init: str = "random") -
     elif recipe == "tool_agent":
         train, val = _tool_agent_data(built.root / "demo-envs-retail")
         overrides += [f"data.train_files={train}", f"data.val_files={val}"]
+    elif recipe == "code_agent":
+        train, val = _code_agent_data(built.root / "demo-code-tasks")
+        overrides += [f"data.train_files={train}", f"data.val_files={val}"]
     else:
         from longcat_plugins.schedulers.workload import AGENT_NAME, write_skewed_dataset
 
@@ -124,4 +133,26 @@ def _tool_agent_data(out: Path) -> tuple[Path, Path]:
         tmp = val.with_suffix(".parquet.tmp")
         rows.to_parquet(tmp)
         tmp.replace(val)
+    return tasks, val
+
+
+def _code_agent_data(out: Path) -> tuple[Path, Path]:
+    """Generated repository tasks (built atomically) and a two-task validation parquet."""
+    import pandas as pd
+
+    from longcat_plugins.environments.code_env.tasks import write_tasks
+    from longcat_plugins.runtime.assets import building
+
+    out = out.resolve()
+    tasks, val = out / "tasks.parquet", out / "val.parquet"
+    if not val.exists():
+        with building(out) as tmp:
+            write_tasks(tmp, DEMO_CODE_TASKS, seed=0, mode="bug", hidden=4)
+            # the parquet names the task folders by absolute path: point it at where they will live
+            rows = pd.read_parquet(tmp / "tasks.parquet")
+            rows["extra_info"] = [
+                {**dict(i), "task_dir": str(out / "tasks" / str(i["task_id"]))} for i in rows["extra_info"]
+            ]
+            rows.to_parquet(tmp / "tasks.parquet")
+            rows.head(2).to_parquet(tmp / "val.parquet")
     return tasks, val

@@ -217,6 +217,21 @@ class Sandbox:
                 return uid, fd
             await asyncio.sleep(0.05)  # every uid of the range busy machine-wide: rare, wait
 
+    async def lease_uid(self) -> tuple[int | None, int | None]:
+        """(uid, lock fd) held until :meth:`release_uid`: for work that outlives one submission
+        (a code agent's workspace). (None, None) when runs do not switch uid (level rlimits, not root)."""
+        return await self._lock_uid()
+
+    async def release_uid(self, uid: int | None, lock_fd: int | None) -> None:
+        """Kill whatever still runs as ``uid`` and give the uid back."""
+        await self._sweep(uid)
+        if lock_fd is not None:
+            os.close(lock_fd)
+
+    async def sweep(self, uid: int | None) -> None:
+        """Kill every process of ``uid`` (see :meth:`_sweep`)."""
+        await self._sweep(uid)
+
     # -- processes -----------------------------------------------------------------------------
     async def exec(
         self, argv: list[str], run_dir: str, io_dir: str, limits: Limits, uid: int | None, stdin: str = ""

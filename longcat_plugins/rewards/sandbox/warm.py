@@ -1,0 +1,192 @@
+"""Test batches in one warm interpreter: start once, import once, fork one child per test case.
+
+A sandboxed process per test case pays the isolation start-up (bwrap, reaper, a fresh Python)
+every time: tens of milliseconds. Here one sandboxed interpreter per submission imports the code
+under test once and then forks a child per case. The fork is copy-on-write, so every case starts
+from the same pristine module state (a case that mutates globals or monkeypatches cannot affect
+the next), each child is its own process group with its own CPU limit and wall deadline (one
+hanging case costs that case, not the batch), and the whole interpreter still runs inside the
+same isolation as a single case (same level, uid, rlimits, reaper), so nothing is weaker than
+process-per-case. Case code is fed on stdin; nothing is written into the directory under test.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass
+
+from longcat_plugins.rewards.sandbox.languages import get_language
+from longcat_plugins.rewards.sandbox.limits import Limits
+from longcat_plugins.rewards.sandbox.runner import CaseResult, ProcResult, Sandbox
+
+#: the marker that starts every result line of the harness (a case's own output cannot forge it:
+#: children write to /dev/null, and results come back over a private pipe)
+MARKER = "\x00LCWARM"
+
+#: The harness: argv = per-case wall seconds, per-case CPU seconds, comma-separated modules to
+#: pre-import; stdin = one JSON case per line ({"name", "code"}); stdout = one MARKER line per case.
+HARNESS = r"""
+import json, os, resource, select, signal, sys, time
+sys.path.insert(0, os.getcwd())
+wall, cpu = float(sys.argv[1]), int(sys.argv[2])
+sys.__stdout__.write("\x00LCWARM-READY\n")
+sys.__stdout__.flush()
+for mod in filter(None, sys.argv[3].split(",")):
+    try:
+        __import__(mod)
+    except BaseException:
+        pass  # the cases that import it see the error themselves
+cases = [json.loads(line) for line in sys.stdin.read().splitlines() if line.strip()]
+null = os.open(os.devnull, os.O_RDWR)
+out = sys.__stdout__
+for case in cases:
+    start = time.monotonic()
+    r, w = os.pipe()
+    try:
+        pid = os.fork()
+    except OSError as exc:
+        os.close(r); os.close(w)
+        out.write("\x00LCWARM" + json.dumps({"status": "runtime_error", "error": "fork failed: %s" % exc, "wall": 0.0}) + "\n")
+        out.flush()
+        continue
+    if pid == 0:
+        try:
+            os.close(r)
+            os.setpgid(0, 0)
+            resource.setrlimit(resource.RLIMIT_CPU, (cpu, cpu + 1))
+            for fd in (0, 1, 2):
+                os.dup2(null, fd)
+            try:
+                exec(compile(case["code"], case["name"], "exec"), {"__name__": "__lctest__"})
+                res = {"status": "passed", "error": ""}
+            except AssertionError as exc:
+                res = {"status": "failed", "error": ("AssertionError: " + str(exc))[:300]}
+            except BaseException as exc:
+                res = {"status": "runtime_error", "error": (type(exc).__name__ + ": " + str(exc))[:300]}
+            os.write(w, (json.dumps(res) + "\n").encode())
+        finally:
+            os._exit(0)
+    os.close(w)
+    deadline = start + wall
+    buf = b""
+    while b"\n" not in buf:
+        left = deadline - time.monotonic()
+        if left <= 0 or not select.select([r], [], [], left)[0]:
+            break
+        chunk = os.read(r, 4096)
+        if not chunk:
+            break
+        buf += chunk
+    os.close(r)
+    try:
+        os.killpg(pid, signal.SIGKILL)
+    except OSError:
+        pass
+    _, st = os.waitpid(pid, 0)
+    if b"\n" in buf:
+        res = json.loads(buf.split(b"\n", 1)[0])
+    elif time.monotonic() >= deadline or os.WIFSIGNALED(st) and os.WTERMSIG(st) in (signal.SIGXCPU, signal.SIGKILL):
+        res = {"status": "time_limit", "error": "case exceeded its time limit"}
+    else:
+        res = {"status": "runtime_error", "error": "case died (status %d)" % st}
+    res["wall"] = time.monotonic() - start
+    out.write("\x00LCWARM" + json.dumps(res) + "\n")
+    out.flush()
+"""
+
+
+@dataclass(frozen=True)
+class CodeCase:
+    """One test case: Python source that raises (AssertionError or anything else) to fail."""
+
+    name: str
+    code: str
+
+
+#: the harness's first line: the interpreter started in the sandbox (before any code under test ran)
+READY = MARKER + "-READY"
+
+
+def started(res: ProcResult) -> bool:
+    """Whether the harness came up at all; False is the sandbox's failure, not the code's."""
+    return res.stdout.startswith(READY)
+
+
+def _batch_limits(limits: Limits, n: int) -> Limits:
+    """The interpreter's own limits: room for ``n`` cases plus start-up; per-case limits are the harness's."""
+    return Limits(
+        cpu_s=min(limits.cpu_s * n + 2.0, 300.0),
+        wall_s=min(limits.wall_s * n + 2.0, 300.0),
+        memory_mb=limits.memory_mb,
+        nproc=limits.nproc,
+        fsize_mb=limits.fsize_mb,
+        nofile=limits.nofile,
+        output_bytes=max(limits.output_bytes, 4096 * (n + 1)),
+    )
+
+
+def parse_results(res: ProcResult, n: int) -> list[CaseResult]:
+    """The per-case results of one harness run; cases it never reached get the process's status."""
+    lines = [ln[len(MARKER) :] for ln in res.stdout.split("\n") if ln.startswith(MARKER) and ln != READY]
+    out = []
+    for k in range(n):
+        if k >= len(lines):
+            status = res.status if res.status != "ok" else "runtime_error"
+            out.append(CaseResult(False, status, 0.0, res.stderr[-300:] or "harness stopped before this case"))
+            continue
+        got = json.loads(lines[k])
+        out.append(CaseResult(got["status"] == "passed", got["status"], float(got.get("wall", 0.0)), got["error"]))
+    return out
+
+
+async def run_warm(
+    sandbox: Sandbox,
+    cases: list[CodeCase],
+    run_dir: str,
+    io_dir: str,
+    uid: int | None,
+    limits: Limits | None = None,
+    preload: tuple[str, ...] = (),
+) -> tuple[list[CaseResult], ProcResult]:
+    """Run ``cases`` against the code in ``run_dir`` in one warm sandboxed interpreter.
+
+    ``limits`` are per case (CPU, wall); memory, processes and file size bound the whole batch.
+    Returns the per-case results and the interpreter's own outcome (an ``OSError`` of the sandbox
+    propagates: the caller decides it is an infrastructure failure).
+    """
+    limits = limits or sandbox.limits
+    python = get_language("python").run[0]
+    argv = [python, "-I", "-S", "-B", "-c", HARNESS, str(limits.wall_s), str(max(1, int(limits.cpu_s + 0.999)))]
+    argv.append(",".join(preload))
+    stdin = "".join(json.dumps({"name": c.name, "code": c.code}) + "\n" for c in cases)
+    res = await sandbox.exec(argv, run_dir, io_dir, _batch_limits(limits, len(cases)), uid, stdin)
+    if res.stderr.startswith("bwrap:"):
+        raise OSError(f"isolation failed: {res.stderr.strip()[:300]}")
+    return parse_results(res, len(cases)), res
+
+
+async def run_per_process(
+    sandbox: Sandbox,
+    cases: list[CodeCase],
+    run_dir: str,
+    io_dir: str,
+    uid: int | None,
+    limits: Limits | None = None,
+) -> list[CaseResult]:
+    """The baseline: every case its own sandboxed interpreter (what :func:`run_warm` is measured against)."""
+    limits = limits or sandbox.limits
+    python = get_language("python").run[0]
+    out = []
+    for case in cases:
+        code = "import os, sys\nsys.path.insert(0, os.getcwd())\n" + case.code
+        res = await sandbox.exec([python, "-I", "-S", "-B", "-c", code], run_dir, io_dir, limits, uid)
+        if res.stderr.startswith("bwrap:"):
+            raise OSError(f"isolation failed: {res.stderr.strip()[:300]}")
+        if res.status == "ok":
+            out.append(CaseResult(True, "passed", res.wall_s))
+        else:
+            failed = res.status == "runtime_error" and "AssertionError" in res.stderr
+            out.append(CaseResult(False, "failed" if failed else res.status, res.wall_s, res.stderr[-300:]))
+        if res.status != "ok":
+            await sandbox.sweep(uid)
+    return out
