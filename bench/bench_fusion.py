@@ -497,9 +497,9 @@ def main() -> None:
                 results["runs"].append({**r, "repetition": rep})
                 save()
                 print(f"mergekit {label} ({dtype}): {r['wall_s']:.1f} s, {r['max_rss_mb']:.0f} MiB", flush=True)
-    if mk_path is not None:
-        for label in methods:
-            if CASES[label][2] is not None and (out / f"mergekit-{label}-float32").exists():
+    if mk_path is not None:  # every method whose two outputs are on disk (an --append run completes them)
+        for label in CASES:
+            if (out / f"ours-{label}").exists() and (out / f"mergekit-{label}-float32").exists():
                 results["agreement"][label] = agreement(inputs, out, label)
                 print(label, json.dumps(results["agreement"][label]), flush=True)
     results["total_s"] = results.get("total_s", 0.0) + time.perf_counter() - t0
