@@ -25,7 +25,8 @@ from longcat_plugins.environments.code_env.episode import CodeEnvSettings, CodeE
 from longcat_plugins.environments.code_env.pool import WorkspacePool
 from longcat_plugins.environments.code_env.tasks import make_task, write_task
 from longcat_plugins.rewards.sandbox import IsolationLevel, Limits, Sandbox, available_levels
-from longcat_plugins.rewards.sandbox.runner import UID_LOCK_DIR, live_pids_of_uid
+from longcat_plugins.rewards.sandbox.isolation import UID_LOCK_DIR
+from longcat_plugins.rewards.sandbox.runner import live_pids_of_uid
 from longcat_plugins.rewards.sandbox.warm import CodeCase, run_per_process, run_warm
 
 LEVELS = [lv for lv, why in available_levels().items() if why is None]

@@ -7,10 +7,13 @@ from __future__ import annotations
 
 import asyncio
 import dataclasses
+import json
 import math
 import os
 import shutil
 import socket
+import subprocess
+import sys
 import tempfile
 import threading
 import time
@@ -282,3 +285,18 @@ def test_toolchain_out_of_the_sandbox_uids_reach_is_refused_loudly(work_root: st
         asyncio.run(sb.run(hidden, PY_ADD, ADD))
     assert str(private) in str(info.value) and isinstance(info.value, RewardSetupError)
     assert asyncio.run(sb.run("python", PY_ADD, ADD)).all_passed  # the stock toolchain is reachable
+
+
+@pytest.mark.skipif(os.geteuid() != 0, reason="the uid-switching levels are probed only as root")
+def test_processes_probing_at_once_see_the_same_levels() -> None:
+    """Each process probes the levels once, as a sandbox uid. With one fixed probe uid, two
+    processes starting together killed each other's probe (the reaper's kill(-1) as that uid)
+    and a level looked unavailable: the sandbox fell back to weaker isolation at random."""
+    code = (
+        "import json; from longcat_plugins.rewards.sandbox import available_levels; "
+        "print(json.dumps({k.value: v is None for k, v in available_levels().items()}))"
+    )
+    procs = [subprocess.Popen([sys.executable, "-c", code], stdout=subprocess.PIPE, text=True) for _ in range(6)]
+    seen = [json.loads(p.communicate(timeout=120)[0]) for p in procs]
+    assert all(s == seen[0] for s in seen), seen
+    assert seen[0] == {lv.value: why is None for lv, why in available_levels().items()}

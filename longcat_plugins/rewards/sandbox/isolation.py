@@ -29,12 +29,15 @@ from __future__ import annotations
 
 import ctypes
 import enum
+import fcntl
 import functools
 import logging
 import os
 import shutil
 import subprocess
-from collections.abc import Callable
+import time
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 
 from longcat_plugins.rewards.sandbox.limits import Limits
 
@@ -281,6 +284,40 @@ def wrap_argv(level: IsolationLevel, argv: list[str], run_dir: str, dedicated_ui
     return reaper + bwrap + argv
 
 
+#: per-uid lock files: a uid is used by one run, or one level probe, at a time across every
+#: process on the machine (the reaper's ``kill(-1)`` as that uid reaches all of its processes)
+UID_LOCK_DIR = "/run/longcat-sandbox-uids"
+
+
+def lock_uid(uid: int) -> int | None:
+    """The lock fd of ``uid`` if no other process holds it (released if we die), else None."""
+    os.makedirs(UID_LOCK_DIR, mode=0o700, exist_ok=True)
+    fd = os.open(os.path.join(UID_LOCK_DIR, f"{uid}.lock"), os.O_CREAT | os.O_RDWR, 0o600)
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except BlockingIOError:
+        os.close(fd)
+        return None
+    return fd
+
+
+@contextmanager
+def _probe_uid(base: int = 61000, count: int = 1000) -> Iterator[int]:
+    """A sandbox uid held for the probes, from the top of the runs' range (runs start at a
+    random offset): two processes probing at once, or a probe beside a run, never share a uid,
+    so no reaper kills the other's program (which made a level look unavailable)."""
+    while True:
+        for uid in range(base + count - 1, base - 1, -1):
+            fd = lock_uid(uid)
+            if fd is not None:
+                try:
+                    yield uid
+                finally:
+                    os.close(fd)
+                return
+        time.sleep(0.05)  # every uid busy machine-wide: rare, wait
+
+
 def _probe(level: IsolationLevel, uid: int) -> str | None:
     """None when ``level`` works here, else the reason it does not."""
     is_root = os.geteuid() == 0
@@ -308,9 +345,12 @@ def _probe(level: IsolationLevel, uid: int) -> str | None:
 
 
 @functools.cache
-def available_levels(probe_uid: int = 61999) -> dict[IsolationLevel, str | None]:
+def available_levels() -> dict[IsolationLevel, str | None]:
     """Each level -> None if available, else why not (probed once per process)."""
-    return {level: _probe(level, probe_uid) for level in IsolationLevel}
+    if os.geteuid() != 0:
+        return {level: _probe(level, -1) for level in IsolationLevel}  # no uid switch without root
+    with _probe_uid() as uid:
+        return {level: _probe(level, uid) for level in IsolationLevel}
 
 
 def choose_level(requested: str = "auto") -> IsolationLevel:

@@ -12,7 +12,6 @@ directories are removed.
 from __future__ import annotations
 
 import asyncio
-import fcntl
 import json
 import logging
 import os
@@ -30,6 +29,7 @@ from longcat_plugins.rewards.sandbox.isolation import (
     IsolationLevel,
     blocked_for_other_users,
     choose_level,
+    lock_uid,
     make_preexec,
     wrap_argv,
 )
@@ -39,8 +39,6 @@ from longcat_plugins.rewards.sandbox.testcases import TestCase, TestSuite, stdou
 
 logger = logging.getLogger(__name__)
 
-#: per-uid lock files: a uid is used by one run at a time across every process on the machine
-UID_LOCK_DIR = "/run/longcat-sandbox-uids"
 _ENV = {"PATH": "/usr/local/bin:/usr/bin:/bin", "LANG": "C.UTF-8", "HOME": "/nonexistent", "PYTHONHASHSEED": "0"}
 
 _HARNESS = """
@@ -201,16 +199,12 @@ class Sandbox:
         """(uid, lock fd): a uid no other run on this machine holds (flock, released if we die)."""
         if not self.is_root or self.level is IsolationLevel.RLIMITS:
             return None, None
-        os.makedirs(UID_LOCK_DIR, mode=0o700, exist_ok=True)
         while True:
             offset = random.randrange(self.uid_count)
             for k in range(self.uid_count):
                 uid = self.uid_base + (offset + k) % self.uid_count
-                fd = os.open(os.path.join(UID_LOCK_DIR, f"{uid}.lock"), os.O_CREAT | os.O_RDWR, 0o600)
-                try:
-                    fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-                except BlockingIOError:
-                    os.close(fd)
+                fd = lock_uid(uid)
+                if fd is None:
                     continue
                 if live_pids_of_uid(uid):  # a crashed holder's leftovers: clean before reuse
                     await self._sweep(uid)
