@@ -387,3 +387,21 @@ def test_ties_breaks_magnitude_ties_at_random_but_reproducibly() -> None:
     assert bool(first[delta == 2.0].all())
     lower_half = int(first[32:].sum()) / k  # ~0.5 when the tied ones are drawn uniformly
     assert 0.4 < lower_half < 0.6, lower_half
+
+
+@pytest.mark.parametrize("ties", [False, True], ids=["distinct", "many-ties"])
+def test_rank_band_selects_exactly_the_sorted_ranking(ties: bool) -> None:
+    """breadcrumbs' and sce's selection (two kthvalue calls, ties ordered by the seeded
+    permutation) equals the definition by a full stable sort, band for band, seed for seed."""
+    from longcat_plugins.fusion.methods import _rank_band, _ranked_ascending
+
+    for case in range(200):
+        g = torch.Generator().manual_seed(case)
+        n = int(torch.randint(1, 80, (1,), generator=g))
+        values = torch.randint(0, 4, (n,), generator=g).float() if ties else torch.rand(n, generator=g)
+        low = int(torch.randint(0, n + 1, (1,), generator=g))
+        high = int(torch.randint(low, n + 1, (1,), generator=g))
+        want = torch.zeros(n, dtype=torch.bool)
+        want[_ranked_ascending(values, torch.Generator().manual_seed(case))[low:high]] = True
+        got = _rank_band(values, torch.Generator().manual_seed(case), low, high)
+        assert torch.equal(got, want), (case, n, low, high)

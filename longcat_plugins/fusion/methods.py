@@ -396,12 +396,41 @@ def dare_ties(
 
 
 def _ranked_ascending(values: "torch.Tensor", generator: "torch.Generator") -> "torch.Tensor":
-    """Indices of ``values`` (flat) in ascending order, equal values in a seeded random order."""
+    """Indices of ``values`` (flat) in ascending order, equal values in a seeded random order
+    (the definition :func:`_rank_band` computes without sorting)."""
     import torch
 
     perm = torch.randperm(values.numel(), generator=generator)
     order = torch.sort(values[perm], stable=True).indices
     return perm[order]
+
+
+def _rank_band(values: "torch.Tensor", generator: "torch.Generator", low: int, high: int) -> "torch.Tensor":
+    """Mask of the elements of ``values`` (flat) whose ascending rank is in [low, high), equal
+    values ranked in a seeded random order: exactly ``_ranked_ascending(values, generator)[low:high]``,
+    found by selection (two ``kthvalue`` calls, O(n)) instead of a full sort. Only the elements
+    tied with a band edge are ordered, by their position in the same seeded permutation."""
+    import torch
+
+    n = values.numel()
+    perm = torch.randperm(n, generator=generator)  # drawn even when unused: the stream stays the same
+    keep = torch.zeros(n, dtype=torch.bool)
+    low, high = max(0, low), min(n, high)
+    if high <= low:
+        return keep
+    flat = values.reshape(-1)
+    lo = flat.kthvalue(low + 1).values
+    hi = flat.kthvalue(high).values
+    keep |= (flat > lo) & (flat < hi)
+    position = torch.empty(n, dtype=torch.long)
+    position[perm] = torch.arange(n)
+    for edge in (lo, hi) if bool(lo != hi) else (lo,):
+        tied = torch.nonzero(flat == edge).view(-1)
+        tied = tied[torch.argsort(position[tied])]  # the ranks of a tie block follow the permutation
+        first = int(torch.count_nonzero(flat < edge))
+        ranks = torch.arange(first, first + tied.numel())
+        keep[tied[(ranks >= low) & (ranks < high)]] = True
+    return keep
 
 
 def _breadcrumbs_params(*, density: float, gamma: float, **_: object) -> None:
@@ -433,7 +462,6 @@ def breadcrumbs(
     smallest fill the rest. merged = θ_base + ``scale`` · Σ_i w_i · kept_i, divided by Σ_i w_i
     when ``normalize`` (a zero sum counts as 1).
     """
-    import torch
 
     _breadcrumbs_params(density=density, gamma=gamma)
     delta_sq, cut = [], []
@@ -443,10 +471,7 @@ def breadcrumbs(
         k, t = int(density * n), int(gamma * n)
         if density < 1.0 or t > 0:
             low = max(0, n - k - t)
-            ranked = _ranked_ascending(e.view(-1).abs(), ctx.generator(i))
-            keep = torch.zeros(n, dtype=torch.bool)
-            keep[ranked[low : low + k]] = True
-            del ranked
+            keep = _rank_band(e.view(-1).abs(), ctx.generator(i), low, low + k)
             e.view(-1).mul_(keep)
             cut.append(float(n - min(k, n)))
         else:
@@ -501,11 +526,8 @@ def sce(
     if select_topk < 1.0 and n > 1:
         var = torch.var(torch.stack([e.view(-1) for e in experts]), dim=0, unbiased=False)
         k = int(int(torch.count_nonzero(var)) * select_topk)
-        ranked = _ranked_ascending(var, ctx.generator(n))
-        keep = torch.zeros(var.numel(), dtype=torch.bool)
-        if k > 0:
-            keep[ranked[-k:]] = True
-        del ranked, var
+        keep = _rank_band(var, ctx.generator(n), var.numel() - k, var.numel())
+        del var
         for i, e in enumerate(experts):
             unselected[i] = float(e.numel() - k)
             e.view(-1).mul_(keep)
