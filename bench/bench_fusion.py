@@ -420,6 +420,11 @@ def main() -> None:
     parser.add_argument("--out", type=Path, default=REPO / "bench" / "results" / "fusion.json")
     parser.add_argument("--repeat", type=int, default=1, help="repetitions, ours and mergekit alternately")
     parser.add_argument("--append", action="store_true", help="add runs to an existing --out (split long benches)")
+    parser.add_argument(
+        "--replace",
+        action="store_true",
+        help="with --append: first drop the existing runs (both tools) of the --methods re-run, e.g. after a code change",
+    )
     args = parser.parse_args()
     methods = [m for m in args.methods.split(",") if m]
     unknown = sorted(set(methods) - set(CASES))
@@ -431,6 +436,11 @@ def main() -> None:
     inputs = build_inputs(args.work, args.layers)
     files = input_files(inputs)
     previous = json.loads(args.out.read_text()) if args.append and args.out.exists() else None
+    if previous is not None and args.replace:
+        previous["runs"] = [r for r in previous["runs"] if r.get("method") not in methods]
+        for method in methods:
+            previous.get("agreement", {}).pop(method, None)
+            previous.get("summary", {}).pop(method, None)
     results: dict[str, Any] = previous or {
         "machine": {"cpus": os.cpu_count(), "python": platform.python_version(), "platform": platform.platform()},
         "inputs": {

@@ -12,6 +12,7 @@ import yaml
 from click.testing import CliRunner
 
 from longcat_plugins.cli import main
+from longcat_plugins.environments import cli as env_cli
 from longcat_plugins.environments import envgen as envgen_mod
 from longcat_plugins.environments.contract import load_environment
 from longcat_plugins.environments.spec import BUILTIN_SPECS
@@ -19,6 +20,9 @@ from longcat_plugins.environments.verify import Verdict
 
 
 def invoke(*args: str) -> object:
+    # rich reads COLUMNS once, when the module's console is made; a test worker's stdout is no
+    # terminal, so without this the console is 80 wide and wraps the table and paths
+    env_cli.console.width = 200
     return CliRunner().invoke(main, list(args), env={"COLUMNS": "200"})
 
 

@@ -25,7 +25,7 @@ import pytest
 from longcat_plugins.rewards import code as code_reward
 from longcat_plugins.rewards.result import VALID_KEY
 from longcat_plugins.rewards.sandbox import IsolationLevel, Limits, Sandbox, available_levels, parse_test_cases
-from longcat_plugins.rewards.sandbox.isolation import IsolationUnavailable, choose_level
+from longcat_plugins.rewards.sandbox.isolation import IsolationUnavailable, choose_level, lock_uid
 
 LIMITS = Limits(cpu_s=1.0, wall_s=3.0, memory_mb=256, nproc=16, fsize_mb=1)
 LEVELS = [lv for lv, why in available_levels().items() if why is None]
@@ -39,10 +39,11 @@ def run(sb: Sandbox, lang: str, src: str, suite=ADD):  # noqa: ANN001, ANN201 - 
 
 
 def uid_processes(sb: Sandbox) -> list[int]:
-    """Live pids owned by any of the sandbox's per-run uids. Zombies are dead already (bwrap's
-    namespace init, orphaned when the sweep kills it, waits for PID 1 to reap it) and skipped."""
-    uids = {str(sb.uid_base + k) for k in range(sb.uid_count)}
-    pids = []
+    """Live pids owned by a per-run uid that no run holds (a leak). A uid another run holds right
+    now (its lock is taken: a parallel test worker, the code env's pool) is that run's business;
+    holding the lock while looking means no run can start on the uid meanwhile. Zombies are dead
+    already (bwrap's namespace init, orphaned when the sweep kills it, waits for PID 1 to reap it)."""
+    by_uid: dict[int, list[int]] = {}
     for pid in os.listdir("/proc"):
         if not pid.isdigit():
             continue
@@ -51,9 +52,19 @@ def uid_processes(sb: Sandbox) -> list[int]:
         except OSError:
             continue
         fields = {ln.split(":")[0]: ln.split()[1:] for ln in status.splitlines() if ":" in ln and ln.split()[1:]}
-        if fields.get("Uid", [""])[0] in uids and fields.get("State", ["?"])[0] != "Z":
-            pids.append(int(pid))
-    return pids
+        uid = int(fields.get("Uid", ["-1"])[0])
+        if sb.uid_base <= uid < sb.uid_base + sb.uid_count and fields.get("State", ["?"])[0] != "Z":
+            by_uid.setdefault(uid, []).append(int(pid))
+    leaked = []
+    for uid, pids in by_uid.items():
+        fd = lock_uid(uid)
+        if fd is None:
+            continue  # held by a live run
+        try:
+            leaked += [pid for pid in pids if Path(f"/proc/{pid}").exists()]
+        finally:
+            os.close(fd)
+    return sorted(leaked)
 
 
 def assert_clean(sb: Sandbox) -> None:

@@ -142,4 +142,4 @@ def envgen(spec: str, count: int, out: str, seed: int, split: str, **knobs: Any)
     console.print(table)
     if s["rejected"]:
         console.print("rejections: " + ", ".join(f"{k} {v}" for k, v in sorted(s["rejected"].items())), markup=False)
-    console.print(f"tasks parquet: {report.out / 'tasks.parquet'}", markup=False)
+    console.print(f"tasks parquet: {report.out / 'tasks.parquet'}", markup=False, soft_wrap=True)  # copyable
