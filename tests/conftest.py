@@ -122,15 +122,6 @@ def example_plugin_installed(tmp_path_factory: pytest.TempPathFactory) -> Iterat
         importlib.invalidate_caches()
 
 
-def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
-    """With ``-n 2 --dist loadgroup`` (the README's command), every end-to-end run of verl's
-    trainer goes to one worker, in order, while the other worker takes the fast tests: two
-    trainers at once would only share the same two cores."""
-    for item in items:
-        if item.get_closest_marker("slow"):
-            item.add_marker(pytest.mark.xdist_group("e2e"))
-
-
 def run_python(code: str, env: dict[str, str] | None = None, timeout: int = 300) -> subprocess.CompletedProcess[str]:
     """Run ``code`` in a fresh interpreter with this environment (plus ``env``)."""
     full_env = {**os.environ, **(env or {})}
@@ -181,6 +172,8 @@ def train_cpu(tiny: Assets, run_dir: Path, ray_tmp: Path, *overrides: str) -> tu
     return result, [r for r in records if r.get("event") == "update"]
 
 
+#: the xdist group of the shared run's readers
+SHARED_RUN_GROUP = pytest.mark.xdist_group("shared_cpu_run")
 #: validation samples per prompt in the shared run (the eval test's pass@k reference reads it)
 SHARED_VAL_N = 4
 
@@ -189,7 +182,9 @@ SHARED_VAL_N = 4
 class SharedRun:
     """One 2-step GRPO run that several end-to-end tests read, instead of each paying verl's
     start-up for its own: v1 trainer, a checkpoint at step 2, sampled validation before training
-    (``SHARED_VAL_N`` per prompt, dumped), and the file, TensorBoard and offline wandb loggers."""
+    (``SHARED_VAL_N`` per prompt, dumped), and the file, TensorBoard and offline wandb loggers.
+    Its readers carry ``SHARED_RUN_GROUP``, so ``--dist loadgroup`` keeps them on one test worker
+    (a session fixture is per worker)."""
 
     result: RunResult
     updates: list[dict]

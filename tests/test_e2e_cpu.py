@@ -9,7 +9,7 @@ import shutil
 from pathlib import Path
 
 import pytest
-from conftest import SharedRun
+from conftest import SHARED_RUN_GROUP, SharedRun
 from conftest import train_cpu as train
 
 from longcat_plugins.runtime.assets import Assets
@@ -35,6 +35,7 @@ def assert_two_steps_with_fresh_weights(steps: list[dict], updates: list[dict]) 
     assert len(set(digests)) == len(digests), "weights pushed to the rollout did not change between steps"
 
 
+@SHARED_RUN_GROUP
 def test_two_grpo_steps_v1(shared_cpu_run: SharedRun) -> None:
     """The v1 trainer: the suite's shared run (2 steps, v1, checkpoint at step 2)."""
     steps = [s for s in shared_cpu_run.result.steps if s["step"] > 0]  # step 0: validation before training
@@ -48,6 +49,7 @@ def test_two_grpo_steps_legacy(tiny_assets: Assets, tmp_path: Path, ray_tmp: Pat
     assert_two_steps_with_fresh_weights(result.steps, updates)
 
 
+@SHARED_RUN_GROUP
 def test_resume_continues_from_the_saved_step(
     shared_cpu_run: SharedRun, tiny_assets: Assets, tmp_path: Path, ray_tmp: Path
 ) -> None:

@@ -14,7 +14,7 @@ from collections import defaultdict
 from pathlib import Path
 
 import pytest
-from conftest import SHARED_VAL_N, SharedRun, run_cli
+from conftest import SHARED_RUN_GROUP, SHARED_VAL_N, SharedRun, run_cli
 
 pytestmark = [pytest.mark.slow, pytest.mark.ray]
 
@@ -52,6 +52,7 @@ def wandb_history(run_dir: Path) -> list[dict]:
     return [r["history"]["item"] for r in records if r.get("type") == "history"]
 
 
+@SHARED_RUN_GROUP
 def test_passk_metrics_loggers_eval_and_plot(shared_cpu_run: SharedRun, tmp_path: Path, ray_tmp: Path) -> None:
     result, dump = shared_cpu_run.result, shared_cpu_run.val_dump
     run_dir = result.run_dir
