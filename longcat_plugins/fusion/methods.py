@@ -324,14 +324,22 @@ def dare_linear(
     _dare_params(density=density)
     delta_sq = [_sub_and_norm(e, base) for e in experts]
     dropped = _dare_drop(experts, ctx, density, rescale)
-    acc = experts[0].mul_(weights[0])
-    for w, e in zip(weights[1:], experts[1:], strict=True):
-        acc.add_(e.mul_(w))
+    for w, e in zip(weights, experts, strict=True):
+        e.mul_(w)
+    return _sum_scaled(experts, weights, normalize, scale).add_(base), {"dropped": dropped, DELTA_SQ: delta_sq}
+
+
+def _sum_scaled(weighted: "list[torch.Tensor]", weights: list[float], normalize: bool, scale: float) -> "torch.Tensor":
+    """Σ_i of the already weighted contributions (summed in place into the first), times ``scale``,
+    divided by Σ_i w_i when ``normalize`` (a zero sum counts as 1)."""
+    acc = weighted[0]
+    for c in weighted[1:]:
+        acc.add_(c)
     total = sum(weights) if normalize else 1.0
     factor = scale / (total if total != 0 else 1.0)
     if factor != 1.0:
         acc.mul_(factor)
-    return acc.add_(base), {"dropped": dropped, DELTA_SQ: delta_sq}
+    return acc
 
 
 def _disjoint_merge(
@@ -477,14 +485,7 @@ def breadcrumbs(
         else:
             cut.append(0.0)
         e.mul_(w)
-    acc = experts[0]
-    for e in experts[1:]:
-        acc.add_(e)
-    total = sum(weights) if normalize else 1.0
-    factor = scale / (total if total != 0 else 1.0)
-    if factor != 1.0:
-        acc.mul_(factor)
-    return acc.add_(base), {"trimmed": cut, DELTA_SQ: delta_sq}
+    return _sum_scaled(experts, weights, normalize, scale).add_(base), {"trimmed": cut, DELTA_SQ: delta_sq}
 
 
 def _sce_params(*, select_topk: float, majority: str, **_: object) -> None:
