@@ -2,7 +2,8 @@
 budget allocation + pass-rate oversampling + the context budget + the curriculum + per-domain
 rollout quotas + replay on the tiny model, 3 steps; the ``longcat/data/*`` metrics show the
 decisions, every request keeps to the planned response budget, and a run resumed from the
-step-2 checkpoint plans step 3 row for row as the uninterrupted run did."""
+step-2 checkpoint plans step 3 row for row, and trains the same groups (replayed ones included),
+as the uninterrupted run did."""
 
 from __future__ import annotations
 
@@ -55,8 +56,12 @@ def with_pass_rates(train: Path, out: Path) -> Path:
     return out
 
 
-def trace(path: Path) -> dict[int, list]:
-    return {r["step"]: r["rows"] for r in map(json.loads, path.read_text().splitlines())}
+def trace(path: Path, kind: str = "rows") -> dict[int, list]:
+    """The trace's per-step records of one kind: ``rows`` (planned) or ``trained`` (with ``strays``)."""
+    records = [r for r in map(json.loads, path.read_text().splitlines()) if kind in r]
+    if kind == "trained":
+        return {r["step"]: [r["trained"], r["strays"]] for r in records}
+    return {r["step"]: r[kind] for r in records}
 
 
 def test_data_strategies_act_in_verls_trainer_and_resume_row_for_row(
@@ -122,3 +127,8 @@ def test_data_strategies_act_in_verls_trainer_and_resume_row_for_row(
     )
     assert [s["step"] for s in resumed.steps] == [3]
     assert trace(tmp_path / "resumed.jsonl") == {3: planned[3]}
+    # and trains the same groups: the replay buffer comes back with verl's TransferQueue state
+    trained = trace(tmp_path / "first.jsonl", "trained")
+    assert trained[3][1] == 0 and any(gen_step < 3 for _, _, gen_step in trained[3][0]), trained[3]
+    assert trace(tmp_path / "resumed.jsonl", "trained") == {3: trained[3]}
+    assert resumed.steps[0]["longcat/data/replay/reused_groups"] == steps[3]["longcat/data/replay/reused_groups"]

@@ -185,6 +185,7 @@ class DataReplayBuffer(ReplayBuffer):
             self._clear_groups(partition_id, gone)
             for uid in gone:
                 refs.pop(uid, None)
+        self.trainer.trace_trained(choice.train, len(stray))
         return [g.uid for g in choice.train] + sorted(stray), partition, steps
 
     def sample(self, global_steps: int, partition_id: str, batch_size: int) -> tuple[KVBatchMeta, dict]:
@@ -261,12 +262,20 @@ class LongcatDataTrainer(PPOTrainerSync):
 
     def _trace(self, plan: list[RowPlan]) -> None:
         """With ``LONGCAT_DATA_TRACE`` set, one JSON line per step: the planned rows."""
-        path = os.environ.get(ENV_TRACE)
-        if not path:
-            return
         rows = [[r.task, r.group, r.rollouts, r.max_tokens] for r in plan]
-        with open(path, "a") as sink:
-            sink.write(json.dumps({"step": self.global_steps, "rows": rows}) + "\n")
+        self._trace_line({"step": self.global_steps, "rows": rows})
+
+    def trace_trained(self, train: list[GroupRef], strays: int) -> None:
+        """With ``LONGCAT_DATA_TRACE`` set, one more line per step: the groups it trains (task,
+        copy, step that generated it), sorted, and how many unplanned refills rode along."""
+        groups = sorted([g.task, g.group, g.step] for g in train)
+        self._trace_line({"step": self.global_steps, "trained": groups, "strays": strays})
+
+    def _trace_line(self, record: dict[str, Any]) -> None:
+        path = os.environ.get(ENV_TRACE)
+        if path:
+            with open(path, "a") as sink:
+                sink.write(json.dumps(record) + "\n")
 
     def _rows(self, pool: dict[str, Any], plan: list[RowPlan]) -> Any:
         batch = _take(pool, [r.row for r in plan])
@@ -333,9 +342,37 @@ class LongcatDataTrainer(PPOTrainerSync):
             raise FileNotFoundError(f"{MODE} trainer: resuming from {folder} without its planner state {STATE_FILE}")
         with open(path) as source:
             self.planner.load_state_dict(json.load(source))
-        # the buffer's groups lived in TransferQueue, which verl's sync trainer does not checkpoint
-        if self.planner.replay is not None:
-            self.planner.replay.items = []
+        self._restore_buffered_groups(folder)
+
+    def _restore_buffered_groups(self, folder: str) -> None:
+        """Re-attach the replay buffer to its groups, which verl restored into TransferQueue.
+
+        verl checkpoints TransferQueue for every trainer mode but ``sync`` (``longcat_data`` is
+        one), so the buffered groups' trajectories come back with it; the planner's state names
+        them. A buffered group missing from the restored queue cannot be replayed: it is dropped
+        and counted, and a queued group the planner does not know is cleared rather than trained
+        outside the plan."""
+        replay = self.planner.replay
+        listing = verl_replay_buffer.tq.kv_list("train") or {}
+        queued = {key for key, tag in listing.get("train", {}).items() if tag.get("is_prompt", False)}
+        buffered = list(replay.items) if replay is not None else []
+        kept = [g for g in buffered if g.uid in queued]
+        if replay is not None:
+            replay.items = kept
+            replay.dropped += len(buffered) - len(kept)
+        for g in kept:
+            self.group_refs[g.uid] = g
+        if len(kept) < len(buffered):
+            logger.warning(
+                "%s trainer: %d buffered replay groups are not in %s/transfer_queue; dropped",
+                MODE,
+                len(buffered) - len(kept),
+                folder,
+            )
+        unknown = queued - {g.uid for g in kept}
+        if unknown:
+            keys = [k for k in listing.get("train", {}) if k.split("_", 1)[0] in unknown]
+            verl_replay_buffer.tq.kv_clear(keys=keys, partition_id="train")
 
 
 __all__ = ["DataReplayBuffer", "LongcatDataTrainer", "check_config"]
