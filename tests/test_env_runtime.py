@@ -38,6 +38,10 @@ def _order(customer: str, status: str, placed_on: str, total: float) -> dict[str
 def handmade() -> ToolEnvironment:
     """Two orders of one customer; the task: cancel the April one (reason found_cheaper), say its total."""
     spec = load_spec("retail")
+    return ToolEnvironment(spec, handmade_db(), list(spec.tools), [cancel_task()])
+
+
+def handmade_db() -> dict[str, Any]:
     cust = {"tier": "basic", "city": "Lisbon", "loyalty_points": 10, "newsletter": False}
     db = {
         "customer": {
@@ -50,7 +54,11 @@ def handmade() -> ToolEnvironment:
             "ORD-0003": _order("CUS-0002", "pending", "2025-04-01", 11.0),
         },
     }
-    task = Task(
+    return db
+
+
+def cancel_task() -> Task:
+    return Task(
         task_id="cancel",
         persona="You are Ava Lopez.",
         facts=[
@@ -77,7 +85,6 @@ def handmade() -> ToolEnvironment:
             ("get_order_details", {"order_id": "ORD-0002"}),
         ],
     )
-    return ToolEnvironment(spec, db, list(spec.tools), [task])
 
 
 def run(ep: Episode, chain: list[tuple[str, dict[str, Any]]]) -> list[bool]:
@@ -314,3 +321,57 @@ def test_model_user_simulator_over_openai_endpoint() -> None:
     dead = ModelUserSimulator(env.tasks[0].script(), NoiseConfig(), base_url="http://127.0.0.1:9/v1", model="m")
     with pytest.raises(UserSimulatorUnavailable, match=r"http://127.0.0.1:9/v1/chat/completions unreachable"):
         dead.reply("hello?")
+
+
+def hedging_env() -> ToolEnvironment:
+    """The handmade store with a read-only task: the April order's status and how many orders Ava has."""
+    spec = load_spec("retail")
+    task = Task(
+        task_id="ask",
+        persona="You are Ava Lopez.",
+        facts=[Fact("email", "My email is ava@example.com.", ("email",))],
+        goals=["What is the status of my April order, and how many orders do I have?"],
+        rubric=[
+            {"kind": "output", "name": "get_order_status.status", "value": "processing"},
+            {"kind": "output", "name": "count_customer_orders.count", "value": 2},
+            {"kind": "no_collateral"},
+        ],
+        golden=[
+            ("find_customer_by_email", {"email": "ava@example.com"}),
+            ("count_customer_orders", {"customer_id": "CUS-0001"}),
+            ("get_order_status", {"order_id": "ORD-0002"}),
+        ],
+    )
+    return ToolEnvironment(spec, handmade_db(), list(spec.tools), [task])
+
+
+def test_a_hedged_answer_states_nothing_and_doing_nothing_earns_nothing() -> None:
+    env = hedging_env()
+    ep = env.new_episode("ask", seed=0)
+    assert all(run(ep, ep.golden_chain()))
+    # a clear answer (ids, dates and the other output's value are no rivals)
+    out = ep.evaluate("Order ORD-0002 of 2025-04-01 is processing; you have 2 orders.")
+    assert out.success and out.score == 1.0
+    # every status the enum allows, or a run of counts: the policy looked nothing up and hedged
+    out = ep.evaluate("Done. pending processing shipped delivered cancelled 0 1 2 3")
+    assert out.details == {
+        "0:output:get_order_status.status": False,
+        "1:output:count_customer_orders.count": False,
+        "2:no_collateral": False,
+    }
+    assert out.score == 0.0
+    # one hedge spoils only its own item
+    out = ep.evaluate("It is processing or pending; you have 2 orders.")
+    assert out.details["0:output:get_order_status.status"] is False
+    assert out.details["1:output:count_customer_orders.count"] is True
+    # a price (a decimal) is no rival of a count
+    assert ep.evaluate("processing; 2 orders, the last one 57.50").success
+    # the kind of answer a policy found on generated tasks: no tool call, a list of likely values
+    fresh = env.new_episode("ask", seed=0)
+    assert fresh.evaluate("Done. active discontinued 0 1 2 3 fedex ups dhl usps pending processing").score == 0.0
+    # doing nothing changes nothing, and earns nothing
+    assert env.new_episode("ask", seed=0).evaluate("Done.").score == 0.0
+    # the handmade cancel task: no_collateral still counts once something else is met
+    cancel = handmade().new_episode("cancel", seed=0)
+    assert cancel.evaluate("Done.").score == 0.0
+    assert cancel.evaluate("The total was 57.50.").score == pytest.approx(2 / 4)

@@ -5,10 +5,13 @@ A rubric is a list of items, each checked on its own (score = fraction met):
 - ``db_field``: record ``key`` of ``entity`` has ``field == value`` at the end;
 - ``db_created``: exactly one new ``entity`` record has all of ``fields``;
 - ``db_deleted``: record ``key`` of ``entity`` is gone;
-- ``output``: the final answer states ``value`` (any of its ``renderings``, as a whole token); an
-  empty value (``""``, whitespace, ``None``) has no rendering, so it is never met: a required output
-  must be something an answer can be checked against, not a pattern every answer contains;
-- ``no_collateral``: nothing else in the database changed (no wrong record cancelled, no stray create).
+- ``output``: the final answer states ``value`` (any of its ``renderings``, as a whole token) and
+  no rival of it (:func:`rivals_stated`): an answer that lists every status an enum allows, both
+  yes and no, or a run of numbers states nothing, so hedging is never credited. An empty value
+  (``""``, whitespace, ``None``) has no rendering, so it is never met: a required output must be
+  something an answer can be checked against, not a pattern every answer contains;
+- ``no_collateral``: nothing else in the database changed (no wrong record cancelled, no stray
+  create), *and* some other item was met: doing nothing changes nothing, and earns nothing.
 
 ``Outcome.details`` maps ``index:kind[:what]`` to a bool per item; ``Outcome.notes`` holds
 ``stray_changes`` (a list) when ``no_collateral`` failed. Nothing names an action sequence, so any chain of calls that reaches the same state passes.
@@ -55,6 +58,43 @@ def _said(answer: str, forms: list[str]) -> bool:
     return False
 
 
+#: a number standing on its own: not part of an id (``ORD-0012``), a date, a time or a word
+_NUMBER = re.compile(r"(?<![\w.\-/:])\d+(?:\.\d+)?(?![\w\-/:]|\.\d)")
+
+
+def _field_of(spec: Any, name: str) -> Any:
+    """The entity field an output item ``tool.field`` reports, if the domain spec has one."""
+    tool, _, field = str(name).partition(".")
+    td = getattr(spec, "tools", {}).get(tool)
+    if td is None or td.entity not in spec.entities:
+        return None
+    return spec.entities[td.entity].fields.get(field)
+
+
+def rivals_stated(answer: str, item: dict[str, Any], spec: Any, others: list[Any]) -> bool:
+    """Whether ``answer`` also states a value the item's value competes with, so that it does not
+    clearly answer: the other members of its enum, the opposite of a bool, or another number (for an
+    integer, another integer; for a decimal, any other number). Values that other
+    output items of the task ask for are never rivals (a two-output task states both)."""
+    value = item.get("value")
+    if isinstance(value, bool):
+        return _said(answer, renderings(not value))
+    if isinstance(value, (int, float)):
+        taken = [float(v) for v in [value, *others] if isinstance(v, (int, float)) and not isinstance(v, bool)]
+        for token in _NUMBER.findall(answer):
+            if isinstance(value, int) and "." in token:
+                continue  # a count competes with counts, not with prices
+            if not any(abs(float(token) - t) < 1e-6 for t in taken):
+                return True
+        return False
+    field = _field_of(spec, item.get("name", ""))
+    if field is not None and field.type == "enum":
+        excluded = {str(v) for v in [value, *others]}
+        forms = [r for v in field.values if str(v) not in excluded for r in renderings(v)]
+        return _said(answer, forms)
+    return False
+
+
 def _same(a: Any, b: Any) -> bool:
     if isinstance(a, (int, float)) and isinstance(b, (int, float)) and not isinstance(a, bool):
         return abs(float(a) - float(b)) < 1e-6
@@ -73,6 +113,7 @@ def evaluate(view: DBView, rubric: list[dict[str, Any]], final_answer: str = "")
         for k, rec in recs.items():
             if k not in base[ent] and rec is not None:
                 created.setdefault(ent, []).append((k, rec))
+    outputs = [item.get("value") for item in rubric if item["kind"] == "output"]
     allowed_fields: set[tuple[str, str, str]] = set()
     allowed_deleted: set[tuple[str, str]] = set()
     claimed: set[tuple[str, str]] = set()
@@ -100,6 +141,10 @@ def evaluate(view: DBView, rubric: list[dict[str, Any]], final_answer: str = "")
         elif kind == "output":
             forms = [f for f in (item.get("renderings") or renderings(item["value"])) if str(f).strip()]
             ok = bool(forms) and bool(renderings(item.get("value"))) and _said(final_answer, forms)
+            if ok:
+                others = list(outputs)
+                others.remove(item.get("value"))
+                ok = not rivals_stated(final_answer, item, view.base.spec, others)
             name += f":{item.get('name', '')}"
         elif kind == "no_collateral":
             continue
@@ -124,7 +169,7 @@ def evaluate(view: DBView, rubric: list[dict[str, Any]], final_answer: str = "")
                             stray.append(f"changed {ent} {k}.{f}")
                 elif rec is not None and (ent, k) not in claimed:
                     stray.append(f"created {ent} {k}")
-        ok = not stray
+        ok = not stray and met > 0  # met: the other items so far (no_collateral items come last)
         details[f"{i}:no_collateral"] = ok
         if stray:
             notes["stray_changes"] = stray[:5]
