@@ -50,8 +50,9 @@ def test_two_grpo_steps_through_the_agent_loop(tiny_assets: Assets, tmp_path: Pa
     for step in (1, 2):
         assert math.isfinite(by_step[step]["actor/pg_loss"])
         assert by_step[step]["training/num_turns/mean"] >= 2
-        # the rubric scores are what trains (a do-nothing episode meets only its no-collateral items)
-        assert 0.0 < by_step[step]["critic/score/mean"] < 1.0
+        # the rubric scores are what trains: the random model solves nothing (a do-nothing episode
+        # earns nothing, its no-collateral items included)
+        assert 0.0 <= by_step[step]["critic/score/mean"] < 1.0
         assert by_step[step]["prompt_length/max"] < 4096  # policy + tools fit: nothing was cut off
     # the loop's episode metrics, logged by verl's validation from reward_extra_info
     val = by_step[0]
