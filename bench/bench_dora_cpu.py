@@ -1,6 +1,6 @@
-"""DORA against verl's synchronous v1 trainer, for real, on this machine's CPU.
+"""DORA against verl's synchronous v1 trainer, for real, on this machine's CPU (or its GPU).
 
-    .venv/bin/python bench/bench_dora_cpu.py [--steps 8] [--long-tokens 384] [--out bench/results]
+    .venv/bin/python bench/bench_dora_cpu.py [--device cpu|cuda] [--steps 8] [--long-tokens 384] [--out bench/results]
 
 Each run is stock ``python -m verl.trainer.main_ppo`` (the tiny local Llama, GRPO, 4 prompts x
 n=4 = 16 trained samples per step) on a long-tailed workload: every 4th prompt may generate
@@ -19,6 +19,10 @@ engine on the same cores. Reported per run: wall time per trained sample over th
 for the whole process (start-up included), wall time per trained response token (DORA trains
 a shorter mix: long responses that finish late fall out of the staleness window or past the
 last step), trainer wait per step, response length, staleness.
+
+``--device cuda`` trains on the GPU (``trainer.device=cuda``; the rollout stays the ``hf``
+engine, vLLM is not used); every record carries its ``"device"``, and records of the other
+device already in ``dora_cpu.json`` are kept (a re-run replaces only its own device's runs).
 Results: ``<out>/dora_cpu.json`` and ``<out>/dora_cpu.png``.
 """
 
@@ -28,6 +32,7 @@ import argparse
 import json
 import os
 import statistics
+import sys
 import tempfile
 import time
 from pathlib import Path
@@ -91,7 +96,7 @@ def plot(results: list[dict[str, Any]], path: Path) -> None:
     import matplotlib.pyplot as plt
 
     fig, (left, right) = plt.subplots(1, 2, figsize=(8, 3.2))
-    names = [r["run"] for r in results]
+    names = [f"{r['run']} ({r['device']})" for r in results]
     left.bar(names, [r["s_per_sample_after_first"] or r["s_per_sample"] for r in results], color="#4c72b0")
     left.set_ylabel("wall s per trained sample")
     right.bar(names, [r["ms_per_trained_token_after_first"] or 0.0 for r in results], color="#dd8452")
@@ -111,7 +116,14 @@ def main() -> None:
     parser.add_argument("--long-every", type=int, default=4)
     parser.add_argument("--only", nargs="*", help="run only these (sync, dora_1, dora_2)")
     parser.add_argument("--out", type=Path, default=Path("bench/results"))
+    parser.add_argument("--device", choices=("cpu", "cuda"), default="cpu", help="trainer.device of every run")
     args = parser.parse_args()
+    if args.device == "cuda":
+        import torch
+
+        if not torch.cuda.is_available():
+            print("error: --device cuda: torch sees no CUDA device on this machine", file=sys.stderr)
+            raise SystemExit(2)
 
     work = Path(tempfile.mkdtemp(prefix="bench_dora_"))
     assets = ensure_assets(size="tiny")
@@ -136,6 +148,7 @@ def main() -> None:
                 f"actor_rollout_ref.model.path={assets.model}",
                 f"+ray_kwargs.ray_init._temp_dir={ray_tmp}",
                 f"trainer.total_training_steps={args.steps}",
+                f"trainer.device={args.device}",
                 *extra,
             ],
             work / name,
@@ -143,10 +156,15 @@ def main() -> None:
         elapsed = time.perf_counter() - start
         if result.returncode != 0 or len(result.steps) != args.steps:
             raise SystemExit(f"{name} failed (exit {result.returncode}); see {result.log}")
-        results.append(summarise(name, result.steps, elapsed))
+        results.append({"device": args.device} | summarise(name, result.steps, elapsed))
         print(json.dumps(results[-1]))
 
     args.out.mkdir(parents=True, exist_ok=True)
+    target = args.out / "dora_cpu.json"
+    if target.exists():  # keep the other device's records
+        results = [
+            r for r in json.loads(target.read_text())["results"] if r.get("device", "cpu") != args.device
+        ] + results
     report = {
         "workload": {
             "long_every": args.long_every,
@@ -158,7 +176,6 @@ def main() -> None:
         "cpu_count": os.cpu_count(),
         "results": results,
     }
-    target = args.out / "dora_cpu.json"
     tmp = target.with_suffix(".tmp")
     tmp.write_text(json.dumps(report, indent=2))
     os.replace(tmp, target)

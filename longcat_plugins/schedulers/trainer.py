@@ -37,10 +37,11 @@ import json
 import logging
 import os
 import time
+from pathlib import Path
 from typing import Any
 
 import ray
-from omegaconf import DictConfig
+from omegaconf import DictConfig, OmegaConf
 from verl.checkpoint_engine import CheckpointEngineManager
 from verl.trainer.ppo.v1 import trainer_separate_async
 from verl.trainer.ppo.v1.trainer_separate_async import PPOTrainerSeparateAsync
@@ -91,7 +92,48 @@ def check_config(config: DictConfig) -> list[str]:
             f"trainer.v1.separate_async.parameter_sync_step ({sync_step}) x "
             f"actor_rollout_ref.actor.ppo_mini_batch_size ({mini})"
         )
+    problems.extend(_domain_problems(config))
     return problems
+
+
+def _domain_problems(config: DictConfig) -> list[str]:
+    """``domain_ratios`` against the domains of the local training files: a ratio naming a
+    domain no row has would hold every batch to a quota that can never fill, so it stops the
+    run here instead of at the first batch (files that are not local parquet are not read)."""
+    dora = OmegaConf.select(config, SETTINGS_PATH, default=None) or {}
+    ratios = dora.get("domain_ratios") or {}
+    if not ratios:
+        return []
+    key = str(dora.get("domain_key") or DoraSettings.domain_key)
+    files = config.data.get("train_files")
+    files = [files] if isinstance(files, str) else list(files or [])
+    found: set[str] = set()
+    for name in files:
+        path = Path(str(name))
+        if path.suffix != ".parquet" or not path.is_file():
+            return []
+        found |= _column_values(path, key)
+    return [
+        f"{SETTINGS_PATH}.domain_ratios.{domain}: no row of data.train_files has {key} == {domain!r} "
+        f"(domains in the data: {sorted(found)})"
+        for domain in sorted(set(map(str, ratios)) - found)
+    ]
+
+
+def _column_values(path: Path, key: str) -> set[str]:
+    """The distinct values of ``key`` (a column, or a dotted path into a struct column)."""
+    import pyarrow.parquet as pq
+
+    head, *rest = key.split(".")
+    if head not in pq.read_schema(path).names:
+        return set()
+    values: set[str] = set()
+    for value in pq.read_table(path, columns=[head]).column(head).to_pylist():
+        for part in rest:
+            value = value.get(part) if isinstance(value, dict) else None
+        if value is not None:
+            values.add(str(value))
+    return values
 
 
 class _DropFlushLogger(logging.LoggerAdapter):

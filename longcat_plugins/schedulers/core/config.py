@@ -40,6 +40,10 @@ class DoraConfig:
     domain_oversampling: dict[str, float] = field(default_factory=dict)
     #: outstanding (in flight + queued) groups allowed, in batches; None: ``staleness + 1``
     max_outstanding_batches: float | None = None
+    #: while the trainer updates the newest version, at most this many batches' worth of new
+    #: groups start on it (the 2601 report: "we limit new requests to the older model version
+    #: to control average staleness at the expense of efficiency"); None: only the quotas limit
+    old_version_start_limit: float | None = None
     #: per-instance in-flight request cap before the first rebalance of a step (S3)
     cap_before_rebalance: int = 8
     #: per-instance in-flight request cap after it (S3)
@@ -115,6 +119,8 @@ class DoraConfig:
         number("wrong_threshold", -math.inf)
         if self.max_outstanding_batches is not None:
             number("max_outstanding_batches", 1.0)
+        if self.old_version_start_limit is not None:
+            number("old_version_start_limit", 0.0)
         for name in ("domain_ratios", "domain_oversampling"):
             value = getattr(self, name)
             if not isinstance(value, Mapping):
@@ -122,6 +128,12 @@ class DoraConfig:
             for domain, weight in value.items():
                 if not isinstance(weight, (int, float)) or isinstance(weight, bool) or weight <= 0:
                     raise ConfigError(f"{prefix}.{name}.{domain} must be a number > 0, got {weight!r}")
+        unknown = sorted(set(self.domain_oversampling) - set(self.domain_ratios)) if self.domain_ratios else []
+        if unknown:
+            raise ConfigError(
+                f"{prefix}.domain_oversampling.{unknown[0]}: no such domain; domain_ratios names "
+                f"{sorted(self.domain_ratios)}"
+            )
         if self.reuse_ratio > 0 and self.replay_capacity == 0:
             fail("replay_capacity", "must be > 0 when reuse_ratio > 0")
         from longcat_plugins.schedulers.core.balancer import BALANCERS

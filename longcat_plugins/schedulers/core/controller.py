@@ -105,6 +105,8 @@ class DoraController:
         self.serial = 0
         self.batch_version: int | None = None
         self._quota_full = False  # cache: no new group fits until outstanding work changes
+        #: groups started on the newest version while the trainer updates it (old_version_start_limit)
+        self.started_while_training = 0
 
     # -- introspection ---------------------------------------------------------------------------
 
@@ -342,6 +344,7 @@ class DoraController:
         self._abort([g for g in self.active.values() if g.version in gone], "evicted")
         self.cap.on_new_step()
         self.batch_version = None
+        self.started_while_training = 0
         self.stats.counters["published_versions"] += 1
         self.stats.counters["evicted_versions"] += len(evicted)
         return evicted
@@ -392,6 +395,7 @@ class DoraController:
             "consumed": {str(k): v for k, v in self.consumed.items()},
             "serial": self.serial,
             "batch_version": self.batch_version,
+            "started_while_training": self.started_while_training,
         }
 
     def load_state_dict(self, state: Mapping[str, Any]) -> None:
@@ -422,6 +426,7 @@ class DoraController:
         self.consumed = Counter({int(k): v for k, v in state["consumed"].items()})
         self.serial = int(state["serial"])
         self.batch_version = state["batch_version"]
+        self.started_while_training = int(state.get("started_while_training", 0))
         self._quota_full = False
 
     # -- internals -------------------------------------------------------------------------------
@@ -443,6 +448,9 @@ class DoraController:
         training = self.batch_version is not None and self.batch_version >= self.versions.latest
         if training and cfg.staleness == 0:
             return False
+        limit = cfg.old_version_start_limit
+        if training and limit is not None and self.started_while_training >= limit * cfg.batch_size:
+            return False
         if self._quota_full:
             return False
         outstanding = Counter(g.domain for g in self.active.values()) + self.queue.per_domain()
@@ -460,6 +468,8 @@ class DoraController:
             self.active[group_id] = Group(group_id, uid, index, domain, self.versions.latest, cfg.group_size)
             self.pending.extend((group_id, i, 0) for i in range(cfg.group_size))
         self.stats.counters["started_groups"] += k
+        if training:
+            self.started_while_training += k
         self.stats.counters["started_prompts"] += 1
         return True
 

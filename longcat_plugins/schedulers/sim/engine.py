@@ -1,12 +1,18 @@
-"""The discrete-event engine: devices decode, environments answer, the trainer trains, weights
-sync; a :class:`~.policies.RolloutPolicy` decides what runs where.
+"""The discrete-event engine: devices prefill and decode, environments answer, the trainer
+trains, weights sync; a :class:`~.policies.RolloutPolicy` decides what runs where.
 
-Between two events every decoding request progresses at its instance's current rate
-(:meth:`ClusterSpec.decode_rate`); the next event is the earliest of: a decode segment ends, an
-environment call or a stall (KV transfer, re-prefill) ends, training ends, new weights arrive,
-a paused device resumes. After each event the engine fills every generation device with the
-policy's requests, lets it rebalance, removes aborted work, and starts training when the policy
-hands over a batch.
+Between two events every admitted, decoding request progresses at its instance's current rate
+(:meth:`ClusterSpec.decode_rate`, which falls with the batch and its context); the next event is
+the earliest of: a decode segment ends, an environment call or a stall (KV transfer) ends, a
+prefill ends, an instance's KV fills up, training ends, new weights arrive, a paused device
+resumes. After each event the engine fills every generation device with the policy's requests,
+lets it rebalance, removes aborted work, preempts and admits requests against each instance's
+KV budget (:meth:`ClusterSpec.kv_budget` of the weight versions it holds), and starts training
+when the policy hands over a batch.
+
+Versions held by an instance: one for the single-version modes; for a multi-version policy the
+newest published version, every version its requests (running or queued) use, and the next
+version while it is loading.
 
 Modes (device roles): ``sync`` colocates everything (all devices generate, then all train);
 ``one_step_off``, ``partial`` and ``dora`` split ``devices - train_devices`` generators from
@@ -20,7 +26,7 @@ from __future__ import annotations
 import heapq
 import math
 import random
-from collections import Counter
+from collections import Counter, deque
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -32,6 +38,8 @@ from longcat_plugins.schedulers.sim.workload import Trajectory, Workload
 
 MODES = ("sync", "one_step_off", "partial", "dora", "dora_elastic")
 EPS = 1e-9
+#: decoding advances at most this many tokens per request between two rate evaluations
+DECODE_CHUNK_TOKENS = 512.0
 
 
 @dataclass
@@ -46,6 +54,14 @@ class Flight:
     wake_at: float = 0.0
     generated: float = 0.0
     versions: list[int] = field(default_factory=list)
+    #: its KV is on the device (admitted); otherwise it waits in the device's queue
+    admitted: bool = False
+    #: admission order on its device (the newest admitted is preempted first)
+    seq: int = 0
+    #: its context must be prefilled when admitted (false only while its KV travelled with it)
+    needs_prefill: bool = True
+    #: it has been prefilled once (a later prefill recomputes)
+    prefilled: bool = False
 
 
 @dataclass
@@ -54,6 +70,11 @@ class Device:
     role: str  # "gen" | "train" | "off"
     flights: dict[str, Flight] = field(default_factory=dict)
     paused_until: float = 0.0
+    #: prefilling until then (no decoding)
+    busy_until: float = 0.0
+    #: dispatched requests not yet admitted, front first
+    waiting: deque[str] = field(default_factory=deque)
+    admissions: int = 0
 
 
 @dataclass
@@ -76,6 +97,12 @@ class SimResult:
     #: response+prompt tokens of trained samples: mean and 99th percentile (length censoring shows here)
     trained_tokens_mean: float = 0.0
     trained_tokens_p99: float = 0.0
+    #: tokens prefilled again (preemption, version switch) over generated tokens
+    recomputed_token_fraction: float = 0.0
+    #: requests preempted for KV space, per trained sample
+    preemptions_per_sample: float = 0.0
+    #: time-averaged weight versions held per generation instance
+    versions_held_mean: float = 1.0
 
     def to_dict(self) -> dict[str, Any]:
         out = dict(self.__dict__)
@@ -125,6 +152,10 @@ class Simulation:
                 dev.role = "off"  # dedicated trainers, idle until a batch arrives
         self.trainers = self.devices if mode == "sync" else self.devices[:tr]
         self.t = 0.0
+        self.version = 0
+        self.publish_at: float | None = None
+        self.wasted = self.recomputed = 0.0
+        self.preemptions = 0
         for dev in self.devices:
             if dev.role == "gen":
                 self.policy.add_instance(dev.name, 0.0)
@@ -139,17 +170,70 @@ class Simulation:
         dev.flights[req.request_id] = Flight(
             req, traj, float(traj.segments[0]), float(traj.prompt_tokens), versions=[req.version]
         )
+        dev.waiting.append(req.request_id)
+
+    def _remove(self, dev: Device, request_id: str) -> Flight:
+        flight = dev.flights.pop(request_id)
+        if not flight.admitted:
+            dev.waiting.remove(request_id)
+        return flight
+
+    def versions_held(self, dev: Device) -> int:
+        """Weight versions resident on ``dev`` (see the module docstring)."""
+        if not self.policy.multi_version:
+            return 1
+        held = {self.version} | {f.request.version for f in dev.flights.values()}
+        if self.publish_at is not None and dev.paused_until <= self.t + EPS:
+            held.add(self.version + 1)
+        return len(held)
+
+    def _schedule(self, dev: Device) -> None:
+        """Preempt the newest admitted requests while the admitted KV exceeds the budget, then
+        admit queued ones, front first, while they fit (one always runs on an empty device)."""
+        budget = self.cluster.kv_budget(self.versions_held(dev))
+        admitted = [f for f in dev.flights.values() if f.admitted]
+        usage = sum(f.context for f in admitted)
+        while usage > budget + EPS and len(admitted) > 1:
+            victim = max(admitted, key=lambda f: f.seq)
+            admitted.remove(victim)
+            usage -= victim.context
+            victim.admitted = False
+            victim.needs_prefill = True
+            dev.waiting.appendleft(victim.request.request_id)
+            self.preemptions += 1
+        while dev.waiting:
+            f = dev.flights[dev.waiting[0]]
+            if admitted and usage + f.context > budget + EPS:
+                break
+            dev.waiting.popleft()
+            f.admitted = True
+            dev.admissions += 1
+            f.seq = dev.admissions
+            admitted.append(f)
+            usage += f.context
+            if f.needs_prefill:
+                self._prefill(dev, f, f.context)
+            f.needs_prefill = False
+
+    def _prefill(self, dev: Device, f: Flight, tokens: float) -> None:
+        """Prefill ``tokens`` of ``f`` on ``dev``: the device decodes nothing meanwhile."""
+        if f.prefilled:
+            self.recomputed += tokens
+        f.prefilled = True
+        dev.busy_until = max(dev.busy_until, dev.paused_until, self.t) + self.cluster.prefill_seconds(tokens)
+        f.wake_at = max(f.wake_at, dev.busy_until)
 
     def _rate(self, dev: Device) -> float:
-        if dev.role != "gen" or dev.paused_until > self.t + EPS or not dev.flights:
-            return 0.0
         now = self.t + EPS
+        if dev.role != "gen" or dev.paused_until > now or dev.busy_until > now or not dev.flights:
+            return 0.0
         decoding = 0
-        kv = 0.0
+        context = 0.0
         for f in dev.flights.values():
-            kv += f.context
-            decoding += f.wake_at <= now
-        return self.cluster.decode_rate(decoding, kv)
+            if f.admitted and f.wake_at <= now:
+                decoding += 1
+                context += f.context
+        return self.cluster.decode_rate(decoding, context)
 
     def _fill(self) -> None:
         """Dispatch new requests one at a time to the least-loaded generation device first. The
@@ -168,17 +252,20 @@ class Simulation:
     def _move(self, request_id: str, source: str, target: str) -> None:
         src = next(d for d in self.devices if d.name == source)
         dst = next(d for d in self.devices if d.name == target)
-        flight = src.flights.pop(request_id)
+        flight = self._remove(src, request_id)
         flight.request = Request(**{**flight.request.__dict__, "instance": target})
-        flight.wake_at = max(flight.wake_at, self.t) + flight.context / self.cluster.kv_transfer_tokens_per_s
+        if flight.admitted:  # its KV cache travels with it
+            flight.wake_at = max(flight.wake_at, self.t) + flight.context / self.cluster.kv_transfer_tokens_per_s
+            flight.needs_prefill = False
+        flight.admitted = False
         dst.flights[request_id] = flight
+        dst.waiting.append(request_id)
 
     def _drop_aborted(self) -> None:
         for req in self.policy.take_aborted():
             for dev in self.devices:
-                flight = dev.flights.pop(req.request_id, None)
-                if flight is not None:
-                    self.wasted += flight.generated
+                if req.request_id in dev.flights:
+                    self.wasted += self._remove(dev, req.request_id).generated
                     break
 
     # -- run -------------------------------------------------------------------------------------
@@ -186,9 +273,9 @@ class Simulation:
     def run(self, steps: int, warmup_steps: int = 2, max_time_s: float = 1e7) -> SimResult:
         """Simulate until ``steps`` training steps finished; measure after ``warmup_steps``."""
         cl = self.cluster
-        version = 0
+        self.version = 0
+        self.publish_at = None
         train_end: float | None = None
-        publish_at: float | None = None
         done_steps = 0
         step_ends: list[float] = []
         trained_in_window = 0
@@ -196,7 +283,11 @@ class Simulation:
         mixed = 0
         trained_tokens: list[int] = []
         self.wasted = 0.0
+        self.recomputed = 0.0
+        self.preemptions = 0
         generated = 0.0
+        held_time = 0.0
+        trained_total = 0
         window_start: float | None = 0.0 if warmup_steps == 0 else None
         busy = loaded = gen_time = 0.0
         timeline: list[tuple[float, float, float]] = []
@@ -208,8 +299,8 @@ class Simulation:
                 raise RuntimeError(f"{self.mode}: simulation exceeded {max_time_s} s after {done_steps} steps")
             self._fill()
             # training starts when the trainer is free and the policy hands over a batch
-            if train_end is None and publish_at is None:
-                batch = self.policy.ready_batch(version, self.t)
+            if train_end is None and self.publish_at is None:
+                batch = self.policy.ready_batch(self.version, self.t)
                 if batch is not None:
                     self._drop_aborted()
                     tokens = sum(int(s.payload["tokens"]) for s in batch)
@@ -222,30 +313,45 @@ class Simulation:
                             raise RuntimeError(f"{self.mode}: trainer {dev.name} still holds requests")
                         dev.role = "train"
                     train_end = self.t + cl.train_seconds(tokens, len(self.trainers))
+                    trained_total += len(batch)
                     if window_start is not None:
                         trained_in_window += len(batch)
                         for s in batch:
-                            staleness[version - s.version] += 1
+                            staleness[self.version - s.version] += 1
                             mixed += len(set(s.payload["versions"])) > 1
                             trained_tokens.append(int(s.payload["tokens"]))
             for move in self.policy.rebalance(self.t):
                 self._move(move.request_id, move.source, move.target)
             self._drop_aborted()
             self._fill()
+            for dev in self.devices:
+                if dev.role == "gen" and dev.paused_until <= self.t + EPS:
+                    self._schedule(dev)
 
             # next event
             rates = {dev.name: self._rate(dev) for dev in self.devices}
             horizon = math.inf
             for dev in self.devices:
-                if dev.paused_until > self.t + EPS:
-                    horizon = min(horizon, dev.paused_until - self.t)
+                for until in (dev.paused_until, dev.busy_until):
+                    if until > self.t + EPS:
+                        horizon = min(horizon, until - self.t)
                 r = rates[dev.name]
+                decoding = 0
+                usage = 0.0
                 for f in dev.flights.values():
                     if f.wake_at > self.t + EPS:
                         horizon = min(horizon, f.wake_at - self.t)
-                    elif r > 0:
+                    elif r > 0 and f.admitted:
                         horizon = min(horizon, f.remaining / r)
-            for when in (train_end, publish_at):
+                        decoding += 1
+                    usage += f.context if f.admitted else 0.0
+                if decoding:
+                    # contexts grow: re-evaluate the context-dependent rate every few tokens
+                    horizon = min(horizon, DECODE_CHUNK_TOKENS / r)
+                    room = self.cluster.kv_budget(self.versions_held(dev)) - usage
+                    if room > 0:  # the KV budget fills up: preemption
+                        horizon = min(horizon, room / (decoding * r))
+            for when in (train_end, self.publish_at):
                 if when is not None:
                     horizon = min(horizon, max(0.0, when - self.t))
             if math.isinf(horizon):
@@ -261,7 +367,8 @@ class Simulation:
                         n = len(dev.flights)
                         gen_time += dt
                         loaded += min(n, cap) / cap * dt
-                        if rates[dev.name] > 0:
+                        held_time += self.versions_held(dev) * dt
+                        if rates[dev.name] > 0 or dev.busy_until > self.t + EPS:
                             busy += dt
             while self.t + dt >= next_sample:
                 active = sum(1 for d in self.devices if (d.role == "gen" and rates[d.name] > 0) or d.role == "train")
@@ -276,7 +383,7 @@ class Simulation:
                     continue
                 now = self.t + EPS
                 for f in dev.flights.values():
-                    if f.wake_at <= now:
+                    if f.admitted and f.wake_at <= now:
                         # a request waking inside the interval starts at the next event (<= resolution_s late)
                         tokens = min(f.remaining, r * dt)
                         f.remaining -= tokens
@@ -288,7 +395,7 @@ class Simulation:
             # events: decode segments and environment calls
             for dev in self.devices:
                 for rid, f in list(dev.flights.items()):
-                    if f.wake_at > self.t + EPS or f.remaining > 1e-6:
+                    if not f.admitted or f.wake_at > self.t + EPS or f.remaining > 1e-6:
                         continue
                     if f.segment + 1 < len(f.trajectory.segments):
                         f.wake_at = self.t + f.trajectory.env_waits[f.segment]
@@ -315,24 +422,30 @@ class Simulation:
                     if dev.role == "gen":
                         self.policy.add_instance(dev.name, self.t)
                 if self.policy.multi_version:
-                    publish_at = self.t + cl.weight_sync_s
+                    self.publish_at = self.t + cl.weight_sync_s
                     for dev in self.trainers:  # the elastic devices trained the weights: they have them
-                        dev.paused_until = publish_at
+                        dev.paused_until = self.publish_at
                 else:
                     resume = self.t + cl.weight_sync_s
                     for dev in self._gen_devices():
                         dev.paused_until = resume
-                    version += 1
-                    self.policy.publish(version, self.t)
-                    if self.policy.switches_version:
+                    self.version += 1
+                    self.policy.publish(self.version, self.t)
+                    if self.policy.switches_version:  # partial: every unfinished trajectory re-prefills
                         for dev in self._gen_devices():
                             for f in dev.flights.values():
-                                f.versions.append(version)
-                                f.wake_at = max(f.wake_at, resume) + f.context / cl.prefill_tokens_per_s
-            if publish_at is not None and self.t >= publish_at - EPS:
-                publish_at = None
-                version += 1
-                self.policy.publish(version, self.t)
+                                if f.generated == 0 and not f.admitted:
+                                    f.versions = [self.version]
+                                    continue
+                                f.versions.append(self.version)
+                                if f.admitted:
+                                    self._prefill(dev, f, f.context)
+                                else:
+                                    f.needs_prefill = True
+            if self.publish_at is not None and self.t >= self.publish_at - EPS:
+                self.publish_at = None
+                self.version += 1
+                self.policy.publish(self.version, self.t)
                 self._drop_aborted()
 
         start = window_start if window_start is not None else 0.0
@@ -349,6 +462,9 @@ class Simulation:
             request_load_ratio=loaded / gen_time if gen_time > 0 else 0.0,
             staleness=dict(staleness),
             wasted_token_fraction=self.wasted / generated if generated else 0.0,
+            recomputed_token_fraction=self.recomputed / generated if generated else 0.0,
+            preemptions_per_sample=self.preemptions / trained_total if trained_total else 0.0,
+            versions_held_mean=held_time / gen_time if gen_time > 0 else 1.0,
             step_seconds=steps_s,
             timeline=timeline,
             controller=self.policy.metrics(self.t),
