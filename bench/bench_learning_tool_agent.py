@@ -9,7 +9,10 @@ step and after the last. Writes ``bench/results/learning_tool_agent.json``::
 
     {"runs": [{"seed", "steps", "wall_s", "success_before", "success_after", "curve": [...]}], ...}
 
-    PYTHONPATH=. python bench/bench_learning_tool_agent.py [--seeds 0 1 2] [--steps 20]
+    PYTHONPATH=. python bench/bench_learning_tool_agent.py [--seeds 0 1 2] [--steps 20] [--append]
+
+``--append`` keeps the runs already in ``--out`` (a seed measured again replaces its run), so a
+long bench can run one seed per invocation.
 """
 
 from __future__ import annotations
@@ -38,7 +41,17 @@ def main() -> None:
     parser.add_argument("--cache-dir", type=Path, default=None)
     parser.add_argument("--out", type=Path, default=OUT)
     parser.add_argument("--work", type=Path, default=None, help="run directories (default: a temp dir)")
+    parser.add_argument("--append", action="store_true", help="keep the runs of other seeds already in --out")
     args = parser.parse_args()
+
+    previous: list[dict[str, Any]] = []
+    if args.append and args.out.exists():  # checked before any training, so a mismatch wastes no run
+        old = json.loads(args.out.read_text())
+        if old.get("config", {}).get("steps") != args.steps:
+            raise SystemExit(
+                f"--append: {args.out} holds runs of {old.get('config', {}).get('steps')} steps, not {args.steps}"
+            )
+        previous = old["runs"]
 
     from longcat_plugins.runtime.assets import default_cache_dir, ensure_assets
     from longcat_plugins.runtime.demos import prepare_demo
@@ -82,6 +95,7 @@ def main() -> None:
             }
         )
         print(f"seed {seed}: held-out success {held[0]:.1%} -> {held[1]:.1%} in {wall:.0f}s", flush=True)
+    runs = [r for r in previous if r["seed"] not in args.seeds] + runs
     meta = json.loads((warm.root / "warmstart.json").read_text())
     out = {
         "runs": runs,

@@ -1,0 +1,78 @@
+"""Which tool-use warm start gives RL something to learn? For each candidate plan (model size,
+SFT epochs, training environments), build it with
+:func:`longcat_plugins.runtime.tool_warmstart.ensure_tool_warm_start` (verl's SFT trainer, cached)
+and play the held-out tasks in-process (:func:`longcat_plugins.runtime.tool_probe.probe`):
+
+- greedy, every held-out task once: the shares of episodes whose first turn is a well-formed
+  hermes call, to the golden first tool, with its arguments; that made every golden call;
+  that finished with an answer; that met the rubric (``success``, the RL reward's ``acc``);
+- sampled (temperature 1, ``--n`` episodes for each of the first ``--sampled-tasks`` tasks): the
+  same shares, and how many tasks have a mixed group (some but not all episodes succeed: GRPO signal).
+
+    .venv/bin/python bench/bench_tool_warm_starts.py --candidates tiny:16:150 [--append]
+
+A candidate is ``size:epochs:train_envs``; the other plan values are ``WarmStartPlan``'s defaults.
+``build_s`` is the time of the (cached) build: near 0 when the candidate was already built.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import time
+from dataclasses import asdict
+from pathlib import Path
+
+OUT = Path(__file__).resolve().parent / "results" / "tool_warm_starts.json"
+
+
+def measure(size: str, epochs: int, train_envs: int, n: int, sampled_tasks: int, cache: Path | None) -> dict:
+    import pandas as pd
+
+    from longcat_plugins.runtime.tool_probe import probe
+    from longcat_plugins.runtime.tool_warmstart import WarmStartPlan, ensure_tool_warm_start
+
+    plan = WarmStartPlan(size=size, sft_epochs=epochs, train_envs=train_envs)
+    start = time.monotonic()
+    warm = ensure_tool_warm_start(cache, plan)
+    build_s = time.monotonic() - start
+    start = time.monotonic()
+    greedy = probe(warm.model, warm.val)
+    subset = warm.root / f"probe-val-{sampled_tasks}.parquet"
+    if not subset.exists():
+        pd.read_parquet(warm.val).head(sampled_tasks).to_parquet(subset)
+    sampled = probe(warm.model, subset, n=n, do_sample=True)
+    mixed = sum(0 < c < n for c in sampled["successes_per_task"])
+    return {
+        "plan": asdict(plan),
+        "build_s": round(build_s, 1),
+        "probe_s": round(time.monotonic() - start, 1),
+        "greedy": greedy,
+        "sampled": {**sampled, "n": n, "mixed_groups": mixed},
+    }
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--candidates", default="tiny:16:150", help="comma-separated size:epochs:train_envs")
+    parser.add_argument("--n", type=int, default=4, help="sampled episodes per task")
+    parser.add_argument("--sampled-tasks", type=int, default=10)
+    parser.add_argument("--cache-dir", type=Path, default=None)
+    parser.add_argument("--out", type=Path, default=OUT)
+    parser.add_argument("--append", action="store_true", help="add to the candidates already in --out")
+    args = parser.parse_args()
+    results = json.loads(args.out.read_text())["candidates"] if args.append and args.out.exists() else []
+    for spec in args.candidates.split(","):
+        size, epochs, envs = spec.split(":")
+        row = measure(size, int(epochs), int(envs), args.n, args.sampled_tasks, args.cache_dir)
+        print(json.dumps({k: row[k] for k in ("plan", "build_s", "probe_s")}), flush=True)
+        print(" greedy ", {k: row["greedy"][k] for k in row["greedy"] if k != "successes_per_task"}, flush=True)
+        print(" sampled", {k: row["sampled"][k] for k in row["sampled"]}, flush=True)
+        results.append(row)
+    args.out.parent.mkdir(parents=True, exist_ok=True)
+    args.out.write_text(json.dumps({"candidates": results}, indent=1))
+    print(f"wrote {args.out}")
+
+
+if __name__ == "__main__":
+    main()
