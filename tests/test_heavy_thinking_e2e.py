@@ -11,11 +11,13 @@ from pathlib import Path
 
 import pytest
 
+from longcat_plugins.environments.heavy_thinking import NO_ANSWER, answer_of, truncate_answer
 from longcat_plugins.rewards.arithmetic import compute_score as arithmetic
 from longcat_plugins.runtime.assets import Assets
 from longcat_plugins.runtime.launch import resolve_config, run_training
 
 K = 2
+ANSWER_MAX_CHARS = 40  # heavy_thinking_cpu.yaml
 
 
 @pytest.mark.slow
@@ -59,7 +61,8 @@ def test_two_grpo_steps_train_parallel_and_summary_outputs(
             assert "Candidate answers" in summary["input"]
             for j in range(K):
                 assert "Candidate answers" not in outputs[j]["input"]
-                assert f"({j + 1}) {outputs[j]['output'].strip() or '(no answer)'}"[:30] in summary["input"]
+                answer = truncate_answer(answer_of(outputs[j]["output"]), ANSWER_MAX_CHARS) or NO_ANSWER
+                assert f"({j + 1}) {answer}" in summary["input"]  # the answer, in trajectory order
             for row in outputs.values():  # each row: the reward of its own response, not the summary's
                 expected = arithmetic("", row["output"], row["gts"])
                 expected = expected["score"] if isinstance(expected, dict) else expected
