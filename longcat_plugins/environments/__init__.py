@@ -35,6 +35,15 @@ def components() -> list[Component]:
                 "rewarded by hidden tests."
             ),
         ),
+        AgentLoop(
+            "longcat_heavy_thinking",
+            f"{mod}._heavy_agent_loop:LongcatHeavyThinkingAgentLoop",
+            config=f"{mod}.heavy_thinking:HeavyThinkingSettings",
+            summary=(
+                "K parallel reasoning trajectories, then a summary over their answers that writes the final "
+                "response (2601 report §4)."
+            ),
+        ),
         Tool(
             "longcat_env_tool",
             f"{mod}._tools_verl:EnvironmentTool",

@@ -1,0 +1,156 @@
+"""Heavy thinking vs plain sampling at equal generated tokens, on the warm start's held-out questions.
+
+The default warm start (:func:`longcat_plugins.runtime.warmstart.ensure_warm_start`: the tiny
+model SFT-ed on ``What is a+b-c?``, 64 held-out questions) answers every question in three modes,
+in-process with plain transformers ``generate`` (sampled at temperature 1, like the rollout):
+
+- ``sampling``, ``k`` = 1: one sample per question; pass@1 = share of exact answers;
+- ``sampling``, ``k`` = K+1: K+1 samples per question and the majority answer
+  (self-consistency, the report's baseline; ties to the earliest): about the tokens of
+- ``heavy_thinking``, ``k`` = K: :func:`longcat_plugins.environments.heavy_thinking.heavy_think`, the
+  agent loop's own orchestration (K trajectories, then the summary over their answers, with the
+  ``heavy_thinking_cpu`` recipe's template and answer cut); the summary's response is the answer.
+
+Exact match is the learning bench's reward (``arithmetic_exact``). ``generated_tokens`` is the
+total of new tokens over the 64 questions (up to and including the end token), every stage counted.
+
+    .venv/bin/python bench/bench_heavy_thinking.py [--seeds 0,1,2] [--widths 2,4]
+        [--out bench/results/heavy_thinking.json] [--append]
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import time
+from pathlib import Path
+from typing import Any
+
+MAX_NEW_TOKENS = 12  # the learning bench's response length (data.max_response_length)
+ANSWER_MAX_CHARS = 40  # heavy_thinking_cpu.yaml's answer cut
+
+
+class _Gen:
+    def __init__(self, text: str, tokens: int) -> None:
+        self.text, self.tokens = text, tokens
+
+
+class BatchedGenerator:
+    """``generate(messages, max_tokens, tag)`` for :func:`heavy_think`: requests that arrive in the
+    same event-loop turn are sampled in one left-padded ``model.generate`` batch."""
+
+    def __init__(self, model: Any, tokenizer: Any) -> None:
+        self.model, self.tokenizer = model, tokenizer
+        self.pending: list[tuple[list[dict[str, Any]], int, asyncio.Future]] = []
+        self.flusher: asyncio.Task | None = None
+        self.tokens = 0
+
+    async def generate(self, messages: list[dict[str, Any]], max_tokens: int, tag: str) -> _Gen:
+        future = asyncio.get_running_loop().create_future()
+        self.pending.append((messages, max_tokens, future))
+        if self.flusher is None or self.flusher.done():
+            self.flusher = asyncio.ensure_future(self._flush())
+        return await future
+
+    async def _flush(self) -> None:
+        for _ in range(4):  # let every runnable coroutine queue its request first
+            await asyncio.sleep(0)
+        batch, self.pending = self.pending, []
+        texts = [self.tokenizer.apply_chat_template(m, add_generation_prompt=True, tokenize=False) for m, _, _ in batch]
+        for (_, _, future), (text, tokens) in zip(batch, self.sample(texts, max(b[1] for b in batch)), strict=True):
+            future.set_result(_Gen(text, tokens))
+
+    def sample(self, texts: list[str], max_tokens: int) -> list[tuple[str, int]]:
+        import torch
+
+        enc = self.tokenizer(texts, return_tensors="pt", padding=True, add_special_tokens=False)
+        with torch.no_grad():
+            out = self.model.generate(
+                **enc,
+                max_new_tokens=max_tokens,
+                do_sample=True,
+                temperature=1.0,
+                top_p=None,
+                top_k=None,
+                pad_token_id=self.tokenizer.pad_token_id,
+                eos_token_id=self.tokenizer.eos_token_id,
+            )
+        results = []
+        for row in out[:, enc["input_ids"].shape[1] :].tolist():
+            ids = row[: row.index(self.tokenizer.eos_token_id) + 1] if self.tokenizer.eos_token_id in row else row
+            self.tokens += len(ids)
+            results.append((self.tokenizer.decode(ids, skip_special_tokens=True), len(ids)))
+        return results
+
+
+def run_mode(
+    model: Any, tokenizer: Any, questions: list[str], answers: list[str], mode: str, k: int, seed: int
+) -> dict:
+    import torch
+
+    from longcat_plugins.environments.heavy_thinking import HeavyThinkingSettings, heavy_think, majority_answer
+    from longcat_plugins.rewards.arithmetic import compute_exact_score
+
+    torch.manual_seed(seed)
+    gen = BatchedGenerator(model, tokenizer)
+    settings = HeavyThinkingSettings(k=k, answer_max_chars=ANSWER_MAX_CHARS)
+
+    async def one(question: str) -> str:
+        messages = [{"role": "user", "content": question}]
+        if mode == "heavy_thinking":
+            trace = await heavy_think(messages, gen.generate, settings, MAX_NEW_TOKENS, MAX_NEW_TOKENS)
+            return trace.final
+        samples = await asyncio.gather(*(gen.generate(messages, MAX_NEW_TOKENS, f"s{i}") for i in range(k)))
+        return samples[majority_answer([s.text for s in samples])].text
+
+    async def all_questions() -> list[str]:
+        return list(await asyncio.gather(*(one(q) for q in questions)))
+
+    start = time.monotonic()
+    finals = asyncio.run(all_questions())
+    correct = [compute_exact_score("", f, a)["score"] for f, a in zip(finals, answers, strict=True)]
+    return {
+        "mode": mode,
+        "k": k,
+        "seed": seed,
+        "generated_tokens": gen.tokens,
+        "pass_at_1": sum(correct) / len(correct),
+        "n_questions": len(questions),
+        "wall_s": round(time.monotonic() - start, 2),
+    }
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--seeds", default="0,1,2")
+    parser.add_argument("--widths", default="2,4", help="heavy-thinking widths K (sampling runs k=1 and k=K+1)")
+    parser.add_argument("--out", type=Path, default=Path(__file__).resolve().parent / "results" / "heavy_thinking.json")
+    parser.add_argument("--append", action="store_true", help="add to the runs already in --out")
+    args = parser.parse_args()
+
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    from longcat_plugins.runtime.warmstart import _questions, ensure_warm_start
+
+    built = ensure_warm_start()
+    tokenizer = AutoTokenizer.from_pretrained(built.model)
+    tokenizer.padding_side = "left"
+    model = AutoModelForCausalLM.from_pretrained(built.model, attn_implementation="sdpa").eval()
+    questions, answers = _questions(built.val)
+
+    runs = json.loads(args.out.read_text())["runs"] if args.append and args.out.exists() else []
+    widths = [int(w) for w in args.widths.split(",")]
+    plan = [("sampling", 1)] + [m for w in widths for m in (("sampling", w + 1), ("heavy_thinking", w))]
+    for seed in (int(s) for s in args.seeds.split(",")):
+        for mode, k in plan:
+            record = run_mode(model, tokenizer, questions, answers, mode, k, seed)
+            runs = [r for r in runs if (r["mode"], r["k"], r["seed"]) != (mode, k, seed)] + [record]
+            print(json.dumps(record), flush=True)
+    args.out.parent.mkdir(parents=True, exist_ok=True)
+    runs.sort(key=lambda r: (r["mode"], r["k"], r["seed"]))
+    args.out.write_text(json.dumps({"runs": runs}, indent=2) + "\n")
+
+
+if __name__ == "__main__":
+    main()
