@@ -1,14 +1,16 @@
 """Does RL measurably improve a warm-started tiny model? Held-out greedy exact match before and
 after GRPO on the warm-started arithmetic task, per objective and seed, on this CPU.
 
-    .venv/bin/python bench/bench_learning.py [--seeds 0,1,2] [--steps 30]
+    .venv/bin/python bench/bench_learning.py [--seeds 0,1,2] [--steps 30] [--test-freq 5] [--target 0.6]
         [--objectives vanilla,triplet_clip,longcat_gspo,longcat_grpo] [--trainers sync]
-        [--out bench/results/learning.json]
+        [--out bench/results/learning.json] [--append]
 
 Every run starts from the same warm start (:func:`longcat_plugins.runtime.warmstart.ensure_warm_start`,
 seed 0) with the demo's recipe (``cpu_demo`` + the demo's warm-start overrides: exact-match
-reward, 16 prompts x 8 samples, greedy validation); the run's seed changes data order and
-sampling. Accuracies are verl's own validation metric (``val-core/.../acc/mean@1``, greedy,
+reward, 16 prompts x 8 samples, lr 1e-3, greedy validation) and the bench's own
+:data:`SCHEDULE` (the learning rate decays on a cosine to 0 over the run); the run's seed
+changes data order and sampling. Each row records these ``settings``; ``--append`` refuses
+to mix rows measured on other settings. Accuracies are verl's own validation metric (``val-core/.../acc/mean@1``, greedy,
 n=1) on the 64 held-out questions, before training (step 0) and after the last step.
 ``wall_s`` is the sum of verl's ``timing_s/step`` (training only: no start-up, no validation).
 
@@ -38,6 +40,14 @@ OBJECTIVES: dict[str, list[str]] = {
     "longcat_grpo": ["algorithm.adv_estimator=longcat_grpo"],
 }
 KS = (1, 2, 4, 8)
+#: the bench's change to the demo recipe: the learning rate decays from the demo's 1e-3 on a
+#: cosine to 0 at the last step, so the answer form is learned at the full rate in the first
+#: steps and later steps cannot undo it (at a constant 1e-3, 20-step runs drifted back by up to
+#: 9 points after step 10; see docs/learning.md)
+SCHEDULE = [
+    "actor_rollout_ref.actor.optim.lr_scheduler_type=cosine",
+    "actor_rollout_ref.actor.optim.min_lr_ratio=0.0",
+]
 #: trainer -> (recipe, overrides on it): verl's v1 ``sync`` trainer (the demo's ``cpu_demo``),
 #: or ``dora`` (``dora_cpu``: standalone ``hf`` generator replicas, staleness 1; its batch is
 #: ``parameter_sync_step`` x ``ppo_mini_batch_size`` = the demo's 16 prompts)
@@ -74,6 +84,23 @@ def greedy_shares(model: Path, val: Path) -> dict[str, float]:
 
     responses, answers = sample_answers(model, val)
     return answer_shares([r[0] for r in responses], answers)
+
+
+def settings(steps: int, test_freq: int, extra: list[str]) -> dict:
+    """What every row of one results file must share to be compared: the run length, the
+    validation interval and the overrides the bench adds to the demo recipe."""
+    return {"steps": steps, "test_freq": test_freq, "overrides": [*SCHEDULE, *extra]}
+
+
+def check_append(runs: list[dict], wanted: dict, out: Path) -> None:
+    """Refuse to add rows to ``out`` whose rows were measured on other settings (a table must
+    compare like with like); the error names the file and both settings."""
+    for row in runs:
+        if row.get("settings") != wanted:
+            raise SystemExit(
+                f"--append: {out} holds a {row.get('objective')}/{row.get('trainer')} seed {row.get('seed')} row "
+                f"measured with settings {row.get('settings')}, not {wanted}; write to another --out"
+            )
 
 
 def time_to_target(curve: list[dict], target: float | None) -> float | None:
@@ -115,6 +142,7 @@ def run(
                 f"actor_rollout_ref.rollout.seed={seed}",
                 "actor_rollout_ref.actor.checkpoint.save_contents=[model,hf_model]",
                 f"+ray_kwargs.ray_init._temp_dir={ray_tmp}",
+                *SCHEDULE,
                 *TRAINERS[trainer][1],
                 *OBJECTIVES[objective],
                 *extra,
@@ -152,6 +180,7 @@ def run(
         "form_after": after["form"],
         "arith_before": before["arith"],
         "arith_after": after["arith"],
+        "settings": settings(steps, test_freq, extra),
     }
     return {"run": entry, "curve": curve}
 
@@ -199,9 +228,7 @@ def main() -> None:
     parser.add_argument("--test-freq", type=int, default=5)
     parser.add_argument("--objectives", default=",".join(OBJECTIVES), help=f"subset of {','.join(OBJECTIVES)}")
     parser.add_argument("--trainers", default="sync", help=f"subset of {','.join(TRAINERS)}")
-    parser.add_argument(
-        "--target", type=float, default=None, help="held-out accuracy for time_to_target_s (default: none)"
-    )
+    parser.add_argument("--target", type=float, default=0.6, help="held-out accuracy for time_to_target_s")
     parser.add_argument("--override", action="append", default=[], help="extra Hydra override (repeatable)")
     parser.add_argument("--size", default="tiny")
     parser.add_argument("--out", default="bench/results/learning.json")
@@ -217,13 +244,15 @@ def main() -> None:
         parser.error(f"--trainers: unknown {', '.join(unknown)}; choices: {', '.join(TRAINERS)}")
     seeds = [int(s) for s in args.seeds.split(",") if s]
 
-    from longcat_plugins.runtime.warmstart import ensure_warm_start
-
-    assets = ensure_warm_start(size=args.size)
     out = Path(args.out)
     curves_path = out.with_name(out.stem + "_curves.json")
     runs = json.loads(out.read_text())["runs"] if args.append and out.exists() else []
     curves = json.loads(curves_path.read_text()) if args.append and curves_path.exists() else []
+    check_append(runs, settings(args.steps, args.test_freq, args.override), out)
+
+    from longcat_plugins.runtime.warmstart import ensure_warm_start
+
+    assets = ensure_warm_start(size=args.size)
     work = Path(tempfile.mkdtemp(prefix="longcat-learning-"))
     before = greedy_shares(assets.model, assets.val)
     for objective in objectives:
