@@ -21,6 +21,7 @@ import hashlib
 import json
 import tempfile
 import time
+from dataclasses import asdict
 from pathlib import Path
 
 #: verl's own dataset: the override that undoes run_sft's ``data.custom_cls`` choice
@@ -59,7 +60,9 @@ def main() -> None:
             runs.append({"dataset": name, "wall_s": round(wall, 1), "sha256": sha256(model / "model.safetensors")})
             print(f"{name}: {wall:.1f}s, {runs[-1]['sha256'][:16]}", flush=True)
     result = {
-        "sft": {"size": size, "seed": seed, **DEFAULT_SFT.__dict__},
+        "size": size,
+        "warm_start_seed": seed,
+        "sft": asdict(DEFAULT_SFT),
         "runs": runs,
         "identical": len({r["sha256"] for r in runs}) == 1,
     }
