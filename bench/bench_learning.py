@@ -8,7 +8,8 @@ after GRPO on the warm-started arithmetic task, per objective and seed, on this 
 Every run starts from the same warm start (:func:`longcat_plugins.runtime.warmstart.ensure_warm_start`,
 seed 0) with the demo's recipe (``cpu_demo`` + the demo's warm-start overrides: exact-match
 reward, 16 prompts x 8 samples, lr 1e-3, greedy validation) and the bench's own
-:data:`SCHEDULE` (the learning rate decays on a cosine to 0 over the run); the run's seed
+:data:`SCHEDULE` (the learning rate decays on a cosine to 0 over the run; ``--schedule
+constant`` keeps the demo's constant rate); the run's seed
 changes data order and sampling. Each row records these ``settings``; ``--append`` refuses
 to mix rows measured on other settings. Accuracies are verl's own validation metric (``val-core/.../acc/mean@1``, greedy,
 n=1) on the 64 held-out questions, before training (step 0) and after the last step.
@@ -48,6 +49,8 @@ SCHEDULE = [
     "actor_rollout_ref.actor.optim.lr_scheduler_type=cosine",
     "actor_rollout_ref.actor.optim.min_lr_ratio=0.0",
 ]
+#: ``--schedule``: the default, or the demo's constant rate (how the earlier files were measured)
+SCHEDULES: dict[str, list[str]] = {"cosine": SCHEDULE, "constant": []}
 #: trainer -> (recipe, overrides on it): verl's v1 ``sync`` trainer (the demo's ``cpu_demo``),
 #: or ``dora`` (``dora_cpu``: standalone ``hf`` generator replicas, staleness 1; its batch is
 #: ``parameter_sync_step`` x ``ppo_mini_batch_size`` = the demo's 16 prompts)
@@ -86,10 +89,10 @@ def greedy_shares(model: Path, val: Path) -> dict[str, float]:
     return answer_shares([r[0] for r in responses], answers)
 
 
-def settings(steps: int, test_freq: int, extra: list[str]) -> dict:
+def settings(steps: int, test_freq: int, extra: list[str], schedule: str = "cosine") -> dict:
     """What every row of one results file must share to be compared: the run length, the
     validation interval and the overrides the bench adds to the demo recipe."""
-    return {"steps": steps, "test_freq": test_freq, "overrides": [*SCHEDULE, *extra]}
+    return {"steps": steps, "test_freq": test_freq, "overrides": [*SCHEDULES[schedule], *extra]}
 
 
 def check_append(runs: list[dict], wanted: dict, out: Path) -> None:
@@ -121,6 +124,7 @@ def run(
     extra: list[str],
     target: float | None,
     before: dict[str, float],
+    schedule: str = "cosine",
 ) -> dict:
     from longcat_plugins.runtime.demos import prepare_demo
     from longcat_plugins.runtime.launch import resolve_config, run_training, val_accuracy
@@ -142,7 +146,7 @@ def run(
                 f"actor_rollout_ref.rollout.seed={seed}",
                 "actor_rollout_ref.actor.checkpoint.save_contents=[model,hf_model]",
                 f"+ray_kwargs.ray_init._temp_dir={ray_tmp}",
-                *SCHEDULE,
+                *SCHEDULES[schedule],
                 *TRAINERS[trainer][1],
                 *OBJECTIVES[objective],
                 *extra,
@@ -180,7 +184,7 @@ def run(
         "form_after": after["form"],
         "arith_before": before["arith"],
         "arith_after": after["arith"],
-        "settings": settings(steps, test_freq, extra),
+        "settings": settings(steps, test_freq, extra, schedule),
     }
     return {"run": entry, "curve": curve}
 
@@ -229,6 +233,9 @@ def main() -> None:
     parser.add_argument("--objectives", default=",".join(OBJECTIVES), help=f"subset of {','.join(OBJECTIVES)}")
     parser.add_argument("--trainers", default="sync", help=f"subset of {','.join(TRAINERS)}")
     parser.add_argument("--target", type=float, default=0.6, help="held-out accuracy for time_to_target_s")
+    parser.add_argument(
+        "--schedule", choices=sorted(SCHEDULES), default="cosine", help="learning rate over the run (default: cosine)"
+    )
     parser.add_argument("--override", action="append", default=[], help="extra Hydra override (repeatable)")
     parser.add_argument("--size", default="tiny")
     parser.add_argument("--out", default="bench/results/learning.json")
@@ -248,7 +255,7 @@ def main() -> None:
     curves_path = out.with_name(out.stem + "_curves.json")
     runs = json.loads(out.read_text())["runs"] if args.append and out.exists() else []
     curves = json.loads(curves_path.read_text()) if args.append and curves_path.exists() else []
-    check_append(runs, settings(args.steps, args.test_freq, args.override), out)
+    check_append(runs, settings(args.steps, args.test_freq, args.override, args.schedule), out)
 
     from longcat_plugins.runtime.warmstart import ensure_warm_start
 
@@ -269,6 +276,7 @@ def main() -> None:
                     args.override,
                     args.target,
                     before,
+                    args.schedule,
                 )
                 runs.append(got["run"])
                 curves.append({"objective": objective, "trainer": trainer, "seed": seed, "curve": got["curve"]})

@@ -216,6 +216,7 @@ def test_bench_append_refuses_rows_on_other_settings(tmp_path: Path) -> None:
         settings(20, 5, []),
         settings(30, 3, []),
         settings(30, 5, ["actor_rollout_ref.actor.optim.lr=5e-4"]),
+        settings(30, 5, [], "constant"),
         None,  # a row from before settings were recorded
     ):
         row = {"objective": "dora", "trainer": "sync", "seed": 2, "settings": other}

@@ -2,8 +2,8 @@
 models on the CPU.
 
 ``MultiTurnSFTDataset.__getitem__`` renders the chat template and tokenizes every message
-each time an example is drawn: about 4 ms an example, so for the warm start's tiny model
-(936 examples x 32 epochs) tokenizing, not training, takes most of the build. The result
+each time an example is drawn, so for the warm start's tiny model (936 examples x 32 epochs)
+re-tokenizing is a large part of the build (bench/results/sft_build.json). The result
 depends only on the example and the tokenizer, so this subclass computes it once per index
 and hands out copies: the batches, and therefore the trained weights, are bitwise those of
 the parent class. :func:`.sft.build_command` selects it with verl's ``data.custom_cls``.
