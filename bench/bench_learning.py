@@ -9,10 +9,10 @@ Every run starts from the same warm start (:func:`longcat_plugins.runtime.warmst
 seed 0) with the demo's recipe (``cpu_demo`` + the demo's warm-start overrides: exact-match
 reward, 16 prompts x 8 samples, lr 1e-3, greedy validation) and the bench's own
 :data:`SCHEDULE` (the learning rate decays on a cosine to 0 over the run; ``--schedule
-constant`` keeps the demo's constant rate); the run's seed
-changes data order and sampling. Each row records these ``settings``; ``--append`` refuses
-to mix rows measured on other settings. Accuracies are verl's own validation metric (``val-core/.../acc/mean@1``, greedy,
-n=1) on the 64 held-out questions, before training (step 0) and after the last step.
+constant`` keeps the demo's constant rate); the run's seed changes data order and sampling.
+Each row records these ``settings``; ``--append`` refuses to mix rows measured on other
+settings (exit 2). Accuracies are verl's own validation metric (``val-core/.../acc/mean@1``,
+greedy, n=1) on the 64 held-out questions, before training (step 0) and after the last step.
 ``wall_s`` is the sum of verl's ``timing_s/step`` (training only: no start-up, no validation).
 
 ``pass_at_k`` is computed here, not by verl: after training, 8 samples per held-out question
@@ -100,7 +100,7 @@ def check_append(runs: list[dict], wanted: dict, out: Path) -> None:
     compare like with like); the error names the file and both settings."""
     for row in runs:
         if row.get("settings") != wanted:
-            raise SystemExit(
+            raise ValueError(
                 f"--append: {out} holds a {row.get('objective')}/{row.get('trainer')} seed {row.get('seed')} row "
                 f"measured with settings {row.get('settings')}, not {wanted}; write to another --out"
             )
@@ -255,7 +255,10 @@ def main() -> None:
     curves_path = out.with_name(out.stem + "_curves.json")
     runs = json.loads(out.read_text())["runs"] if args.append and out.exists() else []
     curves = json.loads(curves_path.read_text()) if args.append and curves_path.exists() else []
-    check_append(runs, settings(args.steps, args.test_freq, args.override, args.schedule), out)
+    try:
+        check_append(runs, settings(args.steps, args.test_freq, args.override, args.schedule), out)
+    except ValueError as error:
+        parser.error(str(error))
 
     from longcat_plugins.runtime.warmstart import ensure_warm_start
 

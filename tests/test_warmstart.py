@@ -220,5 +220,5 @@ def test_bench_append_refuses_rows_on_other_settings(tmp_path: Path) -> None:
         None,  # a row from before settings were recorded
     ):
         row = {"objective": "dora", "trainer": "sync", "seed": 2, "settings": other}
-        with pytest.raises(SystemExit, match=r"--append: .*l\.json holds a dora/sync seed 2 row"):
+        with pytest.raises(ValueError, match=r"--append: .*l\.json holds a dora/sync seed 2 row"):
             check_append([same, row], wanted, tmp_path / "l.json")
