@@ -1,15 +1,18 @@
 """Does RL measurably improve a warm-started tiny model? Held-out greedy exact match before and
 after GRPO on the warm-started arithmetic task, per objective and seed, on this CPU.
 
-    .venv/bin/python bench/bench_learning.py [--seeds 0,1,2] [--steps 30]
+    .venv/bin/python bench/bench_learning.py [--seeds 0,1,2] [--steps 30] [--test-freq 5] [--target 0.6]
         [--objectives vanilla,triplet_clip,longcat_gspo,longcat_grpo] [--trainers sync]
-        [--out bench/results/learning.json]
+        [--out bench/results/learning.json] [--append]
 
 Every run starts from the same warm start (:func:`longcat_plugins.runtime.warmstart.ensure_warm_start`,
 seed 0) with the demo's recipe (``cpu_demo`` + the demo's warm-start overrides: exact-match
-reward, 16 prompts x 8 samples, greedy validation); the run's seed changes data order and
-sampling. Accuracies are verl's own validation metric (``val-core/.../acc/mean@1``, greedy,
-n=1) on the 64 held-out questions, before training (step 0) and after the last step.
+reward, 16 prompts x 8 samples, lr 1e-3, greedy validation) and the bench's own
+:data:`SCHEDULE` (the learning rate decays on a cosine to 0 over the run; ``--schedule
+constant`` keeps the demo's constant rate); the run's seed changes data order and sampling.
+Each row records these ``settings``; ``--append`` refuses to mix rows measured on other
+settings (exit 2). Accuracies are verl's own validation metric (``val-core/.../acc/mean@1``,
+greedy, n=1) on the 64 held-out questions, before training (step 0) and after the last step.
 ``wall_s`` is the sum of verl's ``timing_s/step`` (training only: no start-up, no validation).
 
 ``pass_at_k`` is computed here, not by verl: after training, 8 samples per held-out question
@@ -38,6 +41,16 @@ OBJECTIVES: dict[str, list[str]] = {
     "longcat_grpo": ["algorithm.adv_estimator=longcat_grpo"],
 }
 KS = (1, 2, 4, 8)
+#: the bench's change to the demo recipe: the learning rate decays from the demo's 1e-3 on a
+#: cosine to 0 at the last step, so the answer form is learned at the full rate in the first
+#: steps and later steps cannot undo it (at a constant 1e-3, 20-step runs drifted back by up to
+#: 9 points after step 10; see docs/learning.md)
+SCHEDULE = [
+    "actor_rollout_ref.actor.optim.lr_scheduler_type=cosine",
+    "actor_rollout_ref.actor.optim.min_lr_ratio=0.0",
+]
+#: ``--schedule``: the default, or the demo's constant rate (how the earlier files were measured)
+SCHEDULES: dict[str, list[str]] = {"cosine": SCHEDULE, "constant": []}
 #: trainer -> (recipe, overrides on it): verl's v1 ``sync`` trainer (the demo's ``cpu_demo``),
 #: or ``dora`` (``dora_cpu``: standalone ``hf`` generator replicas, staleness 1; its batch is
 #: ``parameter_sync_step`` x ``ppo_mini_batch_size`` = the demo's 16 prompts)
@@ -76,6 +89,23 @@ def greedy_shares(model: Path, val: Path) -> dict[str, float]:
     return answer_shares([r[0] for r in responses], answers)
 
 
+def settings(steps: int, test_freq: int, extra: list[str], schedule: str = "cosine") -> dict:
+    """What every row of one results file must share to be compared: the run length, the
+    validation interval and the overrides the bench adds to the demo recipe."""
+    return {"steps": steps, "test_freq": test_freq, "overrides": [*SCHEDULES[schedule], *extra]}
+
+
+def check_append(runs: list[dict], wanted: dict, out: Path) -> None:
+    """Refuse to add rows to ``out`` whose rows were measured on other settings (a table must
+    compare like with like); the error names the file and both settings."""
+    for row in runs:
+        if row.get("settings") != wanted:
+            raise ValueError(
+                f"--append: {out} holds a {row.get('objective')}/{row.get('trainer')} seed {row.get('seed')} row "
+                f"measured with settings {row.get('settings')}, not {wanted}; write to another --out"
+            )
+
+
 def time_to_target(curve: list[dict], target: float | None) -> float | None:
     """Training wall-clock (s) at the first validation whose accuracy reaches ``target``."""
     if target is None:
@@ -94,6 +124,7 @@ def run(
     extra: list[str],
     target: float | None,
     before: dict[str, float],
+    schedule: str = "cosine",
 ) -> dict:
     from longcat_plugins.runtime.demos import prepare_demo
     from longcat_plugins.runtime.launch import resolve_config, run_training, val_accuracy
@@ -115,6 +146,7 @@ def run(
                 f"actor_rollout_ref.rollout.seed={seed}",
                 "actor_rollout_ref.actor.checkpoint.save_contents=[model,hf_model]",
                 f"+ray_kwargs.ray_init._temp_dir={ray_tmp}",
+                *SCHEDULES[schedule],
                 *TRAINERS[trainer][1],
                 *OBJECTIVES[objective],
                 *extra,
@@ -152,6 +184,7 @@ def run(
         "form_after": after["form"],
         "arith_before": before["arith"],
         "arith_after": after["arith"],
+        "settings": settings(steps, test_freq, extra, schedule),
     }
     return {"run": entry, "curve": curve}
 
@@ -199,8 +232,9 @@ def main() -> None:
     parser.add_argument("--test-freq", type=int, default=5)
     parser.add_argument("--objectives", default=",".join(OBJECTIVES), help=f"subset of {','.join(OBJECTIVES)}")
     parser.add_argument("--trainers", default="sync", help=f"subset of {','.join(TRAINERS)}")
+    parser.add_argument("--target", type=float, default=0.6, help="held-out accuracy for time_to_target_s")
     parser.add_argument(
-        "--target", type=float, default=None, help="held-out accuracy for time_to_target_s (default: none)"
+        "--schedule", choices=sorted(SCHEDULES), default="cosine", help="learning rate over the run (default: cosine)"
     )
     parser.add_argument("--override", action="append", default=[], help="extra Hydra override (repeatable)")
     parser.add_argument("--size", default="tiny")
@@ -217,13 +251,18 @@ def main() -> None:
         parser.error(f"--trainers: unknown {', '.join(unknown)}; choices: {', '.join(TRAINERS)}")
     seeds = [int(s) for s in args.seeds.split(",") if s]
 
-    from longcat_plugins.runtime.warmstart import ensure_warm_start
-
-    assets = ensure_warm_start(size=args.size)
     out = Path(args.out)
     curves_path = out.with_name(out.stem + "_curves.json")
     runs = json.loads(out.read_text())["runs"] if args.append and out.exists() else []
     curves = json.loads(curves_path.read_text()) if args.append and curves_path.exists() else []
+    try:
+        check_append(runs, settings(args.steps, args.test_freq, args.override, args.schedule), out)
+    except ValueError as error:
+        parser.error(str(error))
+
+    from longcat_plugins.runtime.warmstart import ensure_warm_start
+
+    assets = ensure_warm_start(size=args.size)
     work = Path(tempfile.mkdtemp(prefix="longcat-learning-"))
     before = greedy_shares(assets.model, assets.val)
     for objective in objectives:
@@ -240,6 +279,7 @@ def main() -> None:
                     args.override,
                     args.target,
                     before,
+                    args.schedule,
                 )
                 runs.append(got["run"])
                 curves.append({"objective": objective, "trainer": trainer, "seed": seed, "curve": got["curve"]})

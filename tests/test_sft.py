@@ -71,3 +71,37 @@ def test_command_is_verl_sft_trainer_on_the_cpu(tmp_path: Path) -> None:
     assert "engine.strategy=fsdp2" in cmd and "trainer.device=cpu" in cmd
     assert "optim.lr=0.003" in cmd and "trainer.total_epochs=2" in cmd
     assert "checkpoint.save_contents=[hf_model]" in cmd
+
+
+def test_cached_dataset_gives_the_parents_items(tmp_path: Path) -> None:
+    """The SFT command's dataset (each example tokenized once) yields, on every draw, exactly
+    the tensors verl's own ``MultiTurnSFTDataset`` does, and copies the caller may change."""
+    import torch
+    from omegaconf import OmegaConf
+    from transformers import AutoTokenizer
+    from verl.utils.dataset.multiturn_sft_dataset import MultiTurnSFTDataset
+
+    from longcat_plugins.runtime.assets import build_tokenizer
+    from longcat_plugins.runtime.sft_dataset import CachedMultiTurnSFTDataset
+    from longcat_plugins.runtime.warmstart import split_questions, write_sft_parquet
+
+    build_tokenizer(tmp_path, 0, task="chain")
+    tokenizer = AutoTokenizer.from_pretrained(tmp_path)
+    data = tmp_path / "sft.parquet"
+    write_sft_parquet(data, split_questions(0)[0][:40], seed=0)
+    config = OmegaConf.create({"max_length": 48})
+    plain = MultiTurnSFTDataset([str(data)], tokenizer, config)
+    cached = CachedMultiTurnSFTDataset([str(data)], tokenizer, config)
+    assert len(cached) == len(plain) == 40
+    for _ in range(2):  # the first pass fills the cache, the second reads it
+        for i in range(len(plain)):
+            want, got = plain[i], cached[i]
+            assert want.keys() == got.keys()
+            for key in want:
+                assert torch.equal(want[key], got[key]), (i, key)
+    first = cached[3]
+    first["input_ids"].zero_()
+    assert torch.equal(cached[3]["input_ids"], plain[3]["input_ids"])
+    cmd = build_command(tmp_path / "m", [data], tmp_path / "w", SFTConfig())
+    assert "data.custom_cls.path=pkg://longcat_plugins.runtime.sft_dataset" in cmd
+    assert "data.custom_cls.name=CachedMultiTurnSFTDataset" in cmd

@@ -193,3 +193,32 @@ def test_time_to_target_is_the_first_validation_reaching_it() -> None:
     assert time_to_target(curve, 0.2) == 0.0
     assert time_to_target(curve, 0.6) is None
     assert time_to_target(curve, None) is None
+
+
+def test_bench_append_refuses_rows_on_other_settings(tmp_path: Path) -> None:
+    """One results file compares like with like: ``--append`` to a file whose rows were measured
+    with another run length, validation interval or overrides stops, naming the file and row."""
+    import sys
+
+    from conftest import REPO
+
+    sys.path.insert(0, str(REPO / "bench"))
+    try:
+        from bench_learning import SCHEDULE, check_append, settings
+    finally:
+        sys.path.remove(str(REPO / "bench"))
+    wanted = settings(30, 5, [])
+    assert wanted == {"steps": 30, "test_freq": 5, "overrides": SCHEDULE}
+    same = {"objective": "vanilla", "trainer": "sync", "seed": 0, "settings": settings(30, 5, [])}
+    check_append([same, same], wanted, tmp_path / "l.json")
+    check_append([], wanted, tmp_path / "l.json")
+    for other in (
+        settings(20, 5, []),
+        settings(30, 3, []),
+        settings(30, 5, ["actor_rollout_ref.actor.optim.lr=5e-4"]),
+        settings(30, 5, [], "constant"),
+        None,  # a row from before settings were recorded
+    ):
+        row = {"objective": "dora", "trainer": "sync", "seed": 2, "settings": other}
+        with pytest.raises(ValueError, match=r"--append: .*l\.json holds a dora/sync seed 2 row"):
+            check_append([same, row], wanted, tmp_path / "l.json")

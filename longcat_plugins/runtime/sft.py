@@ -106,6 +106,9 @@ def build_command(
         f"data.micro_batch_size_per_gpu={config.batch_size}",
         f"data.max_length={config.max_length}",
         "data.num_workers=0",
+        # each example tokenized once, not once per epoch (same batches, same weights)
+        "data.custom_cls.path=pkg://longcat_plugins.runtime.sft_dataset",
+        "data.custom_cls.name=CachedMultiTurnSFTDataset",
         f"optim.lr={config.lr}",
         "trainer.device=cpu",
         "trainer.logger=[console]",
