@@ -145,7 +145,8 @@ def test_without_tools_the_golden_chain_executes_nothing_and_earns_nothing(token
     out = out[-1] if isinstance(out, list) else out
     assert out.reward_score < 1.0
     assert env.episodes[0].db == {}  # no call reached the environment
-    assert "set_value" not in server.requests[0]["text"]  # no tool was shown
+    shown = server.requests[0]["text"]
+    assert "set_value" not in shown and "<tools>" not in shown  # no tool was shown, no tool block
     env_text = tokenizer.decode([t for t, m in zip(out.response_ids, out.response_mask, strict=True) if m == 0])
     assert env_text.count("no tools are available") == len(golden) and NO_TOOLS_ERROR.startswith('{"error"')
 
