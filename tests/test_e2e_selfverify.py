@@ -33,6 +33,10 @@ def test_a_plateau_starts_verification_prompts_that_train_with_the_main_batch(
         f"{SETTINGS}.selfverify.min_delta=1.0",  # no rise of a [0, 1] reward over one step is >= 1
         f"{SETTINGS}.selfverify.tasks=2",
         f"{SETTINGS}.selfverify.max_steps=1",
+        # short enough for the recipe's 32-token prompts and 16-token responses
+        f"{SETTINGS}.selfverify.prompt='{{problem}} {{solution}} Right?'",
+        f"{SETTINGS}.selfverify.correct='The answer is 1.'",
+        f"{SETTINGS}.selfverify.incorrect='The answer is 0.'",
     )
     steps = {s["step"]: s for s in result.steps}
     assert sorted(steps) == [1, 2, 3]
