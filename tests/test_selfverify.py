@@ -111,8 +111,10 @@ def test_candidates_come_from_the_hardest_tasks_first_without_duplicates() -> No
     ]
     chosen = pick_candidates(pool, 4)
     assert [(j.task, j.solution) for j in chosen] == [("hard", "b"), ("mid", "c"), ("mid", "d"), ("easy", "a")]
-    assert pick_candidates(pool, 10) == chosen  # no more than there are
-    assert pick_candidates([], 3) == []
+    assert pick_candidates(pool, 10) == chosen  # no more pairs than there are
+    assert pick_candidates(pool, 3) == chosen[:2]  # whole pairs only
+    assert pick_candidates([j for j in pool if not j.correct], 4) == []  # no pair: nothing to judge
+    assert pick_candidates([], 4) == []
 
 
 def make_rollouts(step: int, n: int = 4) -> list[Judged]:
@@ -180,6 +182,7 @@ def test_the_reward_scores_verdicts_and_passes_other_samples_to_the_main_reward(
     [
         ({"window": 0}, "selfverify.window: must be >= 1"),
         ({"tasks": 0}, "selfverify.tasks"),
+        ({"tasks": 3}, "selfverify.tasks: must be an even number"),
         ({"exit_accuracy": 1.5}, "selfverify.exit_accuracy"),
         ({"prompt": "Judge: {solution}"}, "selfverify.prompt: has no {problem} slot"),
         ({"correct": "yes", "incorrect": "yes"}, "selfverify.correct"),

@@ -8,8 +8,8 @@ correctness of the judged rollout (its own outcome reward), as in RISE (Liu et a
 Verify", arXiv 2505.13445; public code xyliu-cs/RISE, built on verl): +1 for the verdict that
 matches the truth, -0.5 for the other verdict, -1 for any response that is not exactly one
 verdict. Candidates come from the hardest recent tasks first (the report: "verification is
-emphasized on challenging cases"), alternating correct and incorrect solutions so that a
-constant verdict cannot earn more than half the +1s.
+emphasized on challenging cases"), in pairs of one incorrect and one correct solution, so that
+a constant verdict is right on half of them at most (a mean reward of 0.25 against 1 for judging).
 
 The phase ends by its own rule: after ``max_steps`` steps, or earlier once a step's
 verification accuracy reaches ``exit_accuracy`` (verification has been learned); the detector
@@ -96,8 +96,9 @@ class Judged:
 
 
 def pick_candidates(pool: Sequence[Judged], k: int) -> list[Judged]:
-    """``k`` rollouts to judge: hardest tasks first (lowest group accuracy, then newest step, then
-    task id), alternating incorrect and correct solutions while both remain; no response twice."""
+    """Up to ``k`` rollouts to judge, as pairs of one incorrect and one correct solution (so a
+    constant verdict is right half the time at most), hardest tasks first (lowest group accuracy,
+    then newest step, then task id); no response twice. No pair, no verification prompt."""
     seen: set[tuple[str, str]] = set()
     unique = []
     for j in sorted(pool, key=lambda j: (j.group_accuracy, -j.step, j.task, j.solution)):
@@ -106,13 +107,8 @@ def pick_candidates(pool: Sequence[Judged], k: int) -> list[Judged]:
             unique.append(j)
     wrong = [j for j in unique if not j.correct]
     right = [j for j in unique if j.correct]
-    out: list[Judged] = []
-    while len(out) < k and (wrong or right):
-        if wrong and (len(out) % 2 == 0 or not right):
-            out.append(wrong.pop(0))
-        else:
-            out.append(right.pop(0))
-    return out
+    pairs = min(k // 2, len(wrong), len(right))
+    return [j for i in range(pairs) for j in (wrong[i], right[i])]
 
 
 class SelfVerification:

@@ -176,7 +176,8 @@ class SelfVerifySettings:
             ``window`` steps against the ``window`` before).
         min_delta: the detector fires when that mean rose by less than this.
         tasks: verification prompts added to a step of the phase (each ``rollouts`` samples,
-            0: ``actor_rollout_ref.rollout.n``).
+            0: ``actor_rollout_ref.rollout.n``); an even number: they come in pairs of one
+            incorrect and one correct rollout.
         max_steps: the phase ends after this many steps ...
         exit_accuracy: ... or earlier, once a step's verification accuracy reaches this.
         recent_steps: candidate solutions come from the main rollouts of the last this many steps.
@@ -202,8 +203,8 @@ class SelfVerifySettings:
     def __post_init__(self) -> None:
         if self.window < 1:
             _fail("selfverify.window", f"must be >= 1 step, got {self.window}")
-        if self.tasks < 1:
-            _fail("selfverify.tasks", f"must be >= 1 verification prompt per step, got {self.tasks}")
+        if self.tasks < 2 or self.tasks % 2:
+            _fail("selfverify.tasks", f"must be an even number >= 2 (pairs of rollouts), got {self.tasks}")
         if self.rollouts < 0:
             _fail("selfverify.rollouts", f"must be >= 0 (0: rollout.n), got {self.rollouts}")
         if self.max_steps < 1:
