@@ -1,6 +1,6 @@
 """``longcat-plugins select-tool-tasks`` end to end: two generated retail tasks, each rolled out
-twice with tools and twice without through stock ``main_ppo`` (validation-only) on the CPU
-runtime; the kept rows and their scores follow the rule, and the two paths really differ."""
+twice with tools and twice without in one validation-only pass of stock ``main_ppo`` on the
+CPU runtime; the kept rows and their scores follow the rule, and the two paths really differ."""
 
 from __future__ import annotations
 
@@ -32,16 +32,17 @@ def test_select_tool_tasks_runs_both_paths_through_verl(tiny_assets: Assets, tmp
         timeout=600,
     )  # fmt: skip
     assert result.returncode == 0, result.stdout + result.stderr[-4000:]
-    assert "kept" in result.stdout and "2/2 paths" in result.stderr
+    assert "kept" in result.stdout and "2/2 stages" in result.stderr
+    scores = read_dump(work / "dump")
     rates = {}
     for path in ("with_tools", "without_tools"):
-        scores = read_dump(work / path / "dump")
-        assert sorted(scores) == [0, 1] and all(len(s) == 2 for s in scores.values())
-        rates[path] = pass_rates(scores, 2, 0.5)
-        dump = [json.loads(x) for x in next((work / path / "dump").glob("*.jsonl")).read_text().splitlines()]
-        shown = [d["input"] for d in dump if str(d["gts"]).startswith(KEY_PREFIX)]
-        # with tools the policy is shown the environment's tools; without, none
-        assert shown and all(("<tools>" in s) == (path == "with_tools") for s in shown), path
+        assert sorted(scores[path]) == [0, 1] and all(len(s) == 2 for s in scores[path].values())
+        rates[path] = pass_rates(scores[path], 2, 0.5)
+    dump = [json.loads(x) for x in next((work / "dump").glob("*.jsonl")).read_text().splitlines()]
+    # with tools the policy is shown the environment's tools; without, none
+    for d in dump:
+        path = str(d["gts"])[len(KEY_PREFIX) :].rpartition(":")[0]
+        assert ("<tools>" in d["input"]) == (path == "with_tools"), d["gts"]
     kept = pd.read_parquet(out)
     expected = [th.keep(w, wo) for w, wo in zip(rates["with_tools"], rates["without_tools"], strict=True)]
     assert len(kept) == sum(expected)

@@ -66,23 +66,26 @@ def test_thresholds_outside_their_range_name_the_argument(kwargs: dict, name: st
         Thresholds(**kwargs)
 
 
-def test_pass_rates_and_the_dump_match_samples_to_rows(tmp_path: Path) -> None:
+def test_pass_rates_and_the_dump_match_samples_to_paths_and_rows(tmp_path: Path) -> None:
     dump = tmp_path / "dump"
     dump.mkdir()
     lines = [
-        {"gts": f"{KEY_PREFIX}1", "score": 1.0},
-        {"gts": f"{KEY_PREFIX}0", "score": 0.4},
-        {"gts": f"{KEY_PREFIX}1", "score": 0.0},
-        {"gts": f"{KEY_PREFIX}0", "score": 1.0},
+        {"gts": f"{KEY_PREFIX}with_tools:1", "score": 1.0},
+        {"gts": f"{KEY_PREFIX}with_tools:0", "score": 0.4},
+        {"gts": f"{KEY_PREFIX}without_tools:1", "score": 0.0},
+        {"gts": f"{KEY_PREFIX}with_tools:1", "score": 0.0},
+        {"gts": f"{KEY_PREFIX}with_tools:0", "score": 1.0},
+        {"gts": f"{KEY_PREFIX}without_tools:0", "score": 1.0},
         {"gts": "something else", "score": 1.0},  # not one of ours: ignored
     ]
     (dump / "0.jsonl").write_text("\n".join(json.dumps(x) for x in lines))
     scores = read_dump(dump)
-    assert scores == {0: [0.4, 1.0], 1: [1.0, 0.0]}
-    assert pass_rates(scores, 2, 1.0) == [0.5, 0.5]
-    assert pass_rates(scores, 2, 0.3) == [1.0, 0.5]
+    assert scores == {"with_tools": {0: [0.4, 1.0], 1: [1.0, 0.0]}, "without_tools": {1: [0.0], 0: [1.0]}}
+    assert pass_rates(scores["with_tools"], 2, 1.0) == [0.5, 0.5]
+    assert pass_rates(scores["with_tools"], 2, 0.3) == [1.0, 0.5]
+    assert pass_rates(scores["without_tools"], 2, 1.0) == [1.0, 0.0]
     with pytest.raises(RuntimeError, match="row 2"):
-        pass_rates(scores, 3, 1.0)
+        pass_rates(scores["with_tools"], 3, 1.0)
 
 
 def tool_tasks(path: Path, rows: int = 3) -> Path:
@@ -99,13 +102,14 @@ def tool_tasks(path: Path, rows: int = 3) -> Path:
     return path
 
 
-def test_each_path_gets_its_agent_loop_and_the_row_number_as_ground_truth(tmp_path: Path) -> None:
+def test_each_row_is_copied_once_per_path_with_its_agent_loop_and_key(tmp_path: Path) -> None:
     frame = load_tasks(tool_tasks(tmp_path / "tasks.parquet"))
-    for path, agent in AGENT.items():
-        copy = pd.read_parquet(path_data(frame, path, tmp_path / f"{path}.parquet"))
-        assert list(copy["agent_name"]) == [agent] * 3
-        assert [rm["ground_truth"] for rm in copy["reward_model"]] == [f"{KEY_PREFIX}{i}" for i in range(3)]
-        assert [e["task_id"] for e in copy["extra_info"]] == ["t0", "t1", "t2"]
+    both = pd.read_parquet(path_data(frame, tmp_path / "both.parquet"))
+    assert list(both["agent_name"]) == [AGENT["with_tools"]] * 3 + [AGENT["without_tools"]] * 3
+    assert [rm["ground_truth"] for rm in both["reward_model"]] == [
+        f"{KEY_PREFIX}{path}:{i}" for path in ("with_tools", "without_tools") for i in range(3)
+    ]
+    assert [e["task_id"] for e in both["extra_info"]] == ["t0", "t1", "t2"] * 2
 
 
 def make_no_tools_loop(tokenizer: Any, server: ScriptedServer) -> NoToolsAgentLoop:

@@ -57,17 +57,15 @@ def select_tool_tasks_cmd(
     with Progress(
         TextColumn("{task.description}"),
         BarColumn(),
-        TextColumn("{task.completed}/{task.total} paths"),
+        TextColumn("{task.completed}/{task.total} stages"),
         TimeElapsedColumn(),
         console=err_console,
         transient=False,
     ) as progress:
         bar = progress.add_task("tool-necessity", total=2)
 
-        def on_path(path: str, done: int, total: int) -> None:
-            progress.update(
-                bar, completed=done, description=f"rolling out {path.replace('_', ' ')}" if done < total else "done"
-            )
+        def on_stage(stage: str, done: int, total: int) -> None:
+            progress.update(bar, completed=done, description=stage)
 
         try:
             result = select_tool_tasks(
@@ -80,7 +78,7 @@ def select_tool_tasks_cmd(
                 config=config,
                 overrides=list(overrides),
                 work_dir=Path(work_dir) if work_dir else None,
-                on_path=on_path,
+                on_stage=on_stage,
             )
         except SelectionError as exc:
             progress.stop()

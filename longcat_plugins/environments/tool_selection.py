@@ -2,16 +2,18 @@
 
 Each candidate task is run ``n`` times with the environment's tools (``longcat_tool_agent``) and
 ``n`` times without them (``longcat_tool_agent_no_tools``), both through verl's own rollout: one
-validation-only pass of ``verl.trainer.main_ppo`` per path (``trainer.val_only``, sampling on,
-``val_kwargs.n = n``), the same way ``longcat-plugins eval`` generates. The pass rates
+validation-only pass of ``verl.trainer.main_ppo`` over two copies of every row, one per path
+(verl picks the agent loop per row by ``agent_name``; ``trainer.val_only``, sampling on,
+``val_kwargs.n = n``), the way ``longcat-plugins eval`` generates; one pass pays verl's start-up once. The pass rates
 s_with(x) and s_without(x) are the shares of a task's samples whose episode reward reaches
 ``threshold``; the tool necessity is v_x = s_with(x) - s_without(x), and x is kept when
 v_x > tau1, s_with(x) > tau2 and s_without(x) < tau3 (the report's rule; it gives no values, the
 defaults here are ours). Kept rows are written unchanged plus the three scores, atomically.
 
 Samples are matched to their task through ``reward_model.ground_truth``, which the tool agent
-never reads (its reward is the episode's rubric): each path's copy of the data carries the row
-number there, and verl's validation dump returns it as ``gts`` with every sample.
+never reads (its reward is the episode's rubric): each copy of a row carries its path and row
+number there (``longcat-select:<path>:<row>``), and verl's validation dump returns it as ``gts``
+with every sample.
 """
 
 from __future__ import annotations
@@ -67,17 +69,19 @@ def pass_rates(scores: dict[int, list[float]], rows: int, threshold: float) -> l
     return out
 
 
-def read_dump(folder: Path) -> dict[int, list[float]]:
-    """Rewards per row from verl's validation dump (``<step>.jsonl``: ``gts`` carries the row)."""
+def read_dump(folder: Path) -> dict[str, dict[int, list[float]]]:
+    """Rewards per path and row from verl's validation dump (``<step>.jsonl``; ``gts`` carries
+    ``longcat-select:<path>:<row>``)."""
     files = sorted(folder.glob("*.jsonl"))
     if not files:
         raise RuntimeError(f"verl wrote no validation dump under {folder}")
-    out: dict[int, list[float]] = {}
+    out: dict[str, dict[int, list[float]]] = {WITH: {}, WITHOUT: {}}
     for line in files[-1].read_text().splitlines():
         record = json.loads(line)
         gts = str(record.get("gts"))
         if gts.startswith(KEY_PREFIX):
-            out.setdefault(int(gts[len(KEY_PREFIX) :]), []).append(float(record["score"]))
+            path, _, row = gts[len(KEY_PREFIX) :].rpartition(":")
+            out[path].setdefault(int(row), []).append(float(record["score"]))
     return out
 
 
@@ -101,14 +105,19 @@ def load_tasks(data: Path) -> Any:
     return frame.reset_index(drop=True)
 
 
-def path_data(frame: Any, path: str, out: Path) -> Path:
-    """This path's copy of the tasks: its agent loop, the row number as ``ground_truth``."""
-    copy = frame.copy()
-    copy["agent_name"] = AGENT[path]
-    copy["reward_model"] = [
-        {**dict(rm), "ground_truth": f"{KEY_PREFIX}{i}"} for i, rm in enumerate(frame["reward_model"])
-    ]
-    copy.to_parquet(out)
+def path_data(frame: Any, out: Path) -> Path:
+    """Two copies of every task, one per path: its agent loop, ``<path>:<row>`` as ``ground_truth``."""
+    import pandas as pd
+
+    copies = []
+    for path in (WITH, WITHOUT):
+        copy = frame.copy()
+        copy["agent_name"] = AGENT[path]
+        copy["reward_model"] = [
+            {**dict(rm), "ground_truth": f"{KEY_PREFIX}{path}:{i}"} for i, rm in enumerate(frame["reward_model"])
+        ]
+        copies.append(copy)
+    pd.concat(copies, ignore_index=True).to_parquet(out)
     return out
 
 
@@ -169,11 +178,12 @@ def select_tool_tasks(
     config: str | Path = "tool_agent_cpu",
     overrides: Sequence[str] = (),
     work_dir: Path | None = None,
-    on_path: Callable[[str, int, int], None] | None = None,
+    on_stage: Callable[[str, int, int], None] | None = None,
 ) -> Selection:
     """Run both paths through verl's rollout, score, and write the kept tasks to ``output``.
 
-    ``on_path(path, done, total)`` is called before and after each path (the CLI's progress bar).
+    ``on_stage(stage, done, total)`` is called as the stages (rollout, scoring) start and end (the
+    CLI's progress bar).
     Raises :class:`SelectionError` on bad input (before anything runs), ``RuntimeError`` when a
     rollout fails; ``output`` is written only when everything succeeded."""
     from longcat_plugins.runtime.launch import resolve_config, run_training
@@ -189,21 +199,18 @@ def select_tool_tasks(
     frame = load_tasks(Path(data))
     work = Path(work_dir) if work_dir is not None else Path(tempfile.mkdtemp(prefix="longcat-select-"))
     work.mkdir(parents=True, exist_ok=True)
-    rates: dict[str, list[float]] = {}
-    for done, path in enumerate((WITH, WITHOUT)):
-        if on_path is not None:
-            on_path(path, done, 2)
-        folder = work / path
-        folder.mkdir(parents=True, exist_ok=True)
-        tasks = path_data(frame, path, folder / "tasks.parquet")
-        result = run_training(
-            recipe, [*path_overrides(Path(model), tasks, n, temperature, folder / "dump"), *overrides], folder / "run"
-        )
-        if result.returncode != 0:
-            raise RuntimeError(f"the {path} rollout failed (exit {result.returncode}); log: {result.log}")
-        rates[path] = pass_rates(read_dump(folder / "dump"), len(frame), threshold)
-    if on_path is not None:
-        on_path(WITHOUT, 2, 2)
+    stage = on_stage or (lambda *_: None)
+    stage(f"rolling out {len(frame)} tasks x {n}, with and without tools", 0, 2)
+    tasks = path_data(frame, work / "tasks.parquet")
+    result = run_training(
+        recipe, [*path_overrides(Path(model), tasks, n, temperature, work / "dump"), *overrides], work / "run"
+    )
+    if result.returncode != 0:
+        raise RuntimeError(f"the rollout failed (exit {result.returncode}); log: {result.log}")
+    stage("scoring", 1, 2)
+    scores = read_dump(work / "dump")
+    rates = {path: pass_rates(scores[path], len(frame), threshold) for path in (WITH, WITHOUT)}
+    stage("done", 2, 2)
     kept = [thresholds.keep(w, wo) for w, wo in zip(rates[WITH], rates[WITHOUT], strict=True)]
     out = frame.copy()
     out["s_with_tool"], out["s_without_tool"] = rates[WITH], rates[WITHOUT]
