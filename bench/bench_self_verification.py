@@ -134,7 +134,8 @@ def main() -> None:
     for mode in modes:
         for seed in [int(s) for s in args.seeds.split(",") if s]:
             r = run(mode, seed, args.steps, args.window, args.min_delta, assets, work)
-            runs = [x for x in runs if (x["mode"], x["seed"]) != (mode, seed)] + [r]
+            same = ("mode", "seed", "window", "min_delta", "steps")
+            runs = [x for x in runs if any(x.get(k) != r[k] for k in same)] + [r]
             print(
                 f"{mode:>10} seed {seed}: held-out {100 * r['acc_before']:.1f}% -> {100 * r['acc_after']:.1f}%, "
                 f"{r['phases']} phase(s), {r['phase_steps']} phase step(s), verification accuracy {r['verify_accuracy']}",
