@@ -416,6 +416,9 @@ main.add_command(fuse)
 from longcat_plugins.environments.cli import envgen  # noqa: E402
 
 main.add_command(envgen)
+from longcat_plugins.environments.select_cli import select_tool_tasks_cmd  # noqa: E402
+
+main.add_command(select_tool_tasks_cmd)
 from longcat_plugins.evaluation.cli import eval_cmd, plot  # noqa: E402
 
 main.add_command(eval_cmd)

@@ -168,6 +168,62 @@ class QuotaSettings:
 
 
 @dataclass(frozen=True)
+class SelfVerifySettings:
+    """A6: on a reward plateau, the policy judges its own recent rollouts in the same batch.
+
+    Attributes:
+        window: steps per window of the plateau detector (mean main-task reward of the last
+            ``window`` steps against the ``window`` before).
+        min_delta: the detector fires when that mean rose by less than this.
+        tasks: verification prompts added to a step of the phase (each ``rollouts`` samples,
+            0: ``actor_rollout_ref.rollout.n``); an even number: they come in pairs of one
+            incorrect and one correct rollout.
+        max_steps: the phase ends after this many steps ...
+        exit_accuracy: ... or earlier, once a step's verification accuracy reaches this.
+        recent_steps: candidate solutions come from the main rollouts of the last this many steps.
+        prompt: the verification prompt; ``{problem}`` and ``{solution}`` are filled in.
+        correct / incorrect: the only two responses that count as a verdict (whole response).
+    """
+
+    enable: bool = False
+    window: int = 3
+    min_delta: float = 0.01
+    tasks: int = 2
+    rollouts: int = 0
+    max_steps: int = 3
+    exit_accuracy: float = 0.8
+    recent_steps: int = 2
+    prompt: str = (
+        "Problem: {problem}\nCandidate solution: {solution}\n"
+        "Is the candidate solution correct? Reply with exactly 'Verdict: correct.' or 'Verdict: incorrect.'"
+    )
+    correct: str = "Verdict: correct."
+    incorrect: str = "Verdict: incorrect."
+
+    def __post_init__(self) -> None:
+        if self.window < 1:
+            _fail("selfverify.window", f"must be >= 1 step, got {self.window}")
+        if self.tasks < 2 or self.tasks % 2:
+            _fail("selfverify.tasks", f"must be an even number >= 2 (pairs of rollouts), got {self.tasks}")
+        if self.rollouts < 0:
+            _fail("selfverify.rollouts", f"must be >= 0 (0: rollout.n), got {self.rollouts}")
+        if self.max_steps < 1:
+            _fail("selfverify.max_steps", f"must be >= 1, got {self.max_steps}")
+        if not 0.0 <= self.exit_accuracy <= 1.0:
+            _fail("selfverify.exit_accuracy", f"must be in [0, 1], got {self.exit_accuracy!r}")
+        if self.recent_steps < 1:
+            _fail("selfverify.recent_steps", f"must be >= 1, got {self.recent_steps}")
+        for slot in ("{problem}", "{solution}"):
+            if slot not in self.prompt:
+                _fail("selfverify.prompt", f"has no {slot} slot: {self.prompt!r}")
+        if not self.correct.strip() or not self.incorrect.strip() or self.correct.strip() == self.incorrect.strip():
+            _fail(
+                "selfverify.correct",
+                f"need two different non-empty verdicts, got {self.correct!r} and {self.incorrect!r}",
+            )
+
+
+@dataclass(frozen=True)
 class DataSettings:
     """The ``longcat_data`` trainer: verl's sync v1 trainer with data strategies.
 
@@ -194,6 +250,7 @@ class DataSettings:
     context: ContextSettings = field(default_factory=ContextSettings)
     replay: ReplaySettings = field(default_factory=ReplaySettings)
     quotas: QuotaSettings = field(default_factory=QuotaSettings)
+    selfverify: SelfVerifySettings = field(default_factory=SelfVerifySettings)
 
     def __post_init__(self) -> None:
         for f in fields(self):
@@ -217,7 +274,7 @@ class DataSettings:
         """Names of the enabled strategies, in the order they act."""
         return [
             n
-            for n in ("curriculum", "quotas", "budget", "oversampling", "context", "replay")
+            for n in ("curriculum", "quotas", "budget", "oversampling", "context", "replay", "selfverify")
             if getattr(self, n).enable
         ]
 

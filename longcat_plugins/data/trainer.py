@@ -39,6 +39,8 @@ from verl.utils import tensordict_utils as tu
 
 from longcat_plugins.data.planner import Candidate, DataPlanner, GroupResult, RowPlan
 from longcat_plugins.data.replay import GroupRef
+from longcat_plugins.data.selfverify import DATA_SOURCE as VERIFY_SOURCE
+from longcat_plugins.data.selfverify import Judged, SelfVerification
 from longcat_plugins.data.settings import SETTINGS_PATH, DataSettings, data_settings
 
 logger = logging.getLogger(__name__)
@@ -91,7 +93,34 @@ def check_config(config: DictConfig) -> list[str]:
                 f"actor_rollout_ref.rollout.agent.default_agent_loop: {SETTINGS_PATH}.context needs the "
                 f"{BUDGETED_AGENT_LOOP!r} agent loop (it applies the per-request budget), got {agent!r}"
             )
+    sv = settings.selfverify
+    if sv.enable:
+        name = OmegaConf.select(config, "reward.custom_reward_function.name", default=None)
+        if name != "selfverify":
+            problems.append(
+                f"reward.custom_reward_function.name: {SETTINGS_PATH}.selfverify needs the 'selfverify' reward "
+                f"(it scores the verdicts; its setting main names the main task's reward), got {name!r}"
+            )
+        if settings.quotas.enable:
+            problems.append(f"{SETTINGS_PATH}.selfverify: not combined with quotas yet (turn one off)")
     return problems
+
+
+def problem_text(raw_prompt: Any) -> str:
+    """The task as the policy saw it: the last user message of a chat prompt (or the prompt)."""
+    if isinstance(raw_prompt, str):
+        return raw_prompt
+    messages = list(raw_prompt)
+    users = [m for m in messages if isinstance(m, dict) and m.get("role") == "user"]
+    last = users[-1] if users else messages[-1]
+    return str(last["content"] if isinstance(last, dict) else last)
+
+
+def _objects(values: list[Any]) -> np.ndarray:
+    out = np.empty(len(values), dtype=object)
+    for i, v in enumerate(values):
+        out[i] = v
+    return out
 
 
 def _field(batch: dict[str, Any], path: str, i: int) -> Any:
@@ -174,8 +203,11 @@ class DataReplayBuffer(ReplayBuffer):
             return super()._select_prompt_uids(partition_id, sampleable_keys, batch_size)
         _, partition, steps = super()._select_prompt_uids(partition_id, sampleable_keys, 0)
         planner, refs = self.trainer.planner, self.trainer.group_refs
+        verify = self.trainer.verify_uids
         fresh = [
-            refs[uid] for uid in sorted(sampleable_keys) if uid in refs and uid not in self.trainer.buffered_uids()
+            refs[uid]
+            for uid in sorted(sampleable_keys)
+            if uid in refs and uid not in verify and uid not in self.trainer.buffered_uids()
         ]
         choice, self._choice_metrics = planner.choose(fresh, self.trainer.global_steps)
         self._replayed = {g.uid for g in choice.replayed}
@@ -186,7 +218,9 @@ class DataReplayBuffer(ReplayBuffer):
             for uid in gone:
                 refs.pop(uid, None)
         self.trainer.trace_trained(choice.train, len(stray))
-        return [g.uid for g in choice.train] + sorted(stray), partition, steps
+        # verification prompts (A6) train in the same batch as the main groups they judge
+        judged = sorted(sampleable_keys & verify)
+        return [g.uid for g in choice.train] + judged + sorted(stray), partition, steps
 
     def sample(self, global_steps: int, partition_id: str, batch_size: int) -> tuple[KVBatchMeta, dict]:
         if partition_id == "val":
@@ -220,6 +254,11 @@ class LongcatDataTrainer(PPOTrainerSync):
         self.group_refs: dict[str, GroupRef] = {}
         self.step_groups = 0
         self._plan_metrics: dict[str, float] = {}
+        sv = self.data.selfverify
+        #: A6: the verification phase, the problem text of every main group, the verification uids
+        self.selfverify = SelfVerification(sv) if sv.enable else None
+        self.problems: dict[str, str] = {}
+        self.verify_uids: set[str] = set()
         super().__init__(config)
 
     def buffered_uids(self) -> set[str]:
@@ -287,34 +326,116 @@ class LongcatDataTrainer(PPOTrainerSync):
             batch[MAX_TOKENS_KEY] = np.array([r.max_tokens for r in plan], dtype=object)
         for uid, r in zip(uids, plan, strict=True):
             self.group_refs[uid] = GroupRef(uid, r.task, r.domain, self.global_steps, r.group)
-        self.step_groups = len(plan)
+        if self.selfverify is not None:
+            for uid, prompt in zip(uids, batch["raw_prompt"], strict=True):
+                self.problems[uid] = problem_text(prompt)
+            verify = self._verification_rows(pool, plan)
+            if verify is not None:
+                batch = _concat([batch, verify])
+        self.step_groups = len(batch["uid"])
         out = tu.get_tensordict(batch)
         tu.assign_non_tensor_data(out, "global_steps", self.global_steps)
         return out
+
+    def _verification_rows(self, pool: dict[str, Any], plan: list[RowPlan]) -> dict[str, Any] | None:
+        """A6: this step's verification prompts (problem + one recent rollout), shaped like the
+        main rows (copies of the first planned row with prompt, source, truth and info replaced)."""
+        assert self.selfverify is not None
+        judged = self.selfverify.to_judge()
+        if not judged or not plan:
+            return None
+        sv = self.data.selfverify
+        rows = _take(pool, [plan[0].row] * len(judged))
+        uids = [str(uuid.uuid4()) for _ in judged]
+        rows["uid"] = np.array(uids, dtype=object)
+        rows["raw_prompt"] = _objects([[{"role": "user", "content": self.selfverify.prompt(j)}] for j in judged])
+        rows["data_source"] = _objects([VERIFY_SOURCE] * len(judged))
+        target = ["correct" if j.correct else "incorrect" for j in judged]
+        rows["reward_model"] = _objects([{"style": "rule", "ground_truth": t} for t in target])
+        base = rows.get("extra_info")
+        rows["extra_info"] = _objects(
+            [
+                {
+                    **(dict(base[i]) if base is not None and isinstance(base[i], dict) else {}),
+                    "selfverify_task": j.task,
+                    "selfverify_correct": sv.correct,
+                    "selfverify_incorrect": sv.incorrect,
+                }
+                for i, j in enumerate(judged)
+            ]
+        )
+        rows["__rollout_n__"] = _objects([sv.rollouts or self.planner.rollout_n] * len(judged))
+        rows[GROUP_KEY] = _objects([f"selfverify:{j.task}#{i}" for i, j in enumerate(judged)])
+        if plan[0].max_tokens is not None:
+            rows[MAX_TOKENS_KEY] = _objects([plan[0].max_tokens] * len(judged))
+        for i, (uid, j) in enumerate(zip(uids, judged, strict=True)):
+            self.group_refs[uid] = GroupRef(uid, f"selfverify:{j.task}", VERIFY_SOURCE, self.global_steps, i)
+            self.verify_uids.add(uid)
+        return rows
 
     # -- learning from the trained batch --------------------------------------------------------
 
     def observe(self, batch: KVBatchMeta, replayed: set[str]) -> dict[str, float]:
         """Rewards and lengths of the trained groups -> planner; its metrics for this step."""
+        fields = ["rm_scores"] if self.selfverify is None else ["rm_scores", "responses"]
         data = verl_replay_buffer.tq.kv_batch_get(
-            keys=batch.keys, partition_id=batch.partition_id, select_fields=["rm_scores"]
+            keys=batch.keys, partition_id=batch.partition_id, select_fields=fields
         )
         scores = list(data["rm_scores"])
-        per_uid: dict[str, tuple[list[float | None], list[int]]] = {}
-        for key, tag, score in zip(batch.keys, batch.tags, scores, strict=True):
+        texts = self._responses(data, batch) if self.selfverify is not None else [""] * len(scores)
+        per_uid: dict[str, tuple[list[float | None], list[int], list[str]]] = {}
+        for key, tag, score, text in zip(batch.keys, batch.tags, scores, texts, strict=True):
             value = float(score.sum().item())
-            rewards, lengths = per_uid.setdefault(key.split("_")[0], ([], []))
+            rewards, lengths, responses = per_uid.setdefault(key.split("_")[0], ([], [], []))
             rewards.append(value if math.isfinite(value) else None)
             lengths.append(int(tag.get("response_len", 0)))
+            responses.append(text)
         results = []
-        for uid, (rewards, lengths) in per_uid.items():
+        verify_rewards: list[float] = []
+        main_rewards: list[float] = []
+        judged: list[Judged] = []
+        for uid, (rewards, lengths, responses) in per_uid.items():
             ref = self.group_refs.pop(uid, None)
             if ref is None:
                 continue
+            if uid in self.verify_uids:
+                self.verify_uids.discard(uid)
+                verify_rewards += [r for r in rewards if r is not None]
+                continue
             results.append(GroupResult(ref.task, ref.group, rewards, lengths, replayed=uid in replayed))
+            problem = self.problems.pop(uid, None)
+            if self.selfverify is None or uid in replayed or problem is None:
+                continue
+            valid = [r for r in rewards if r is not None]
+            main_rewards += valid
+            threshold = self.data.correct_threshold
+            acc = sum(r >= threshold for r in valid) / len(valid) if valid else 0.0
+            judged += [
+                Judged(ref.task, self.global_steps, problem, text.strip(), r >= threshold, acc)
+                for r, text in zip(rewards, responses, strict=True)
+                if r is not None and text.strip()
+            ]
         metrics = dict(self._plan_metrics)
         metrics.update(self.planner.observe(results))
+        if self.selfverify is not None:
+            metrics.update(self.selfverify.observe(self.global_steps, main_rewards, verify_rewards, judged))
+            threshold = self.data.correct_threshold
+            if main_rewards:
+                metrics["longcat/selfverify/main_accuracy"] = sum(r >= threshold for r in main_rewards) / len(
+                    main_rewards
+                )
         return metrics
+
+    def _responses(self, data: Any, batch: KVBatchMeta) -> list[str]:
+        """Each sample's response text (the candidate solutions of A6), cut at its length."""
+        responses = data["responses"]
+        pad = self.tokenizer.pad_token_id if self.tokenizer.pad_token_id is not None else 0
+        if hasattr(responses, "to_padded_tensor"):
+            responses = responses.to_padded_tensor(padding=pad)
+        return [
+            self.tokenizer.decode(ids[: int(tag.get("response_len", len(ids)))], skip_special_tokens=True)
+            for ids, tag in zip(responses, batch.tags, strict=True)
+        ]
 
     # -- checkpoints ----------------------------------------------------------------------------
 
@@ -323,8 +444,11 @@ class LongcatDataTrainer(PPOTrainerSync):
         folder = os.path.join(self.config.trainer.default_local_dir, f"global_step_{self.global_steps}")
         os.makedirs(folder, exist_ok=True)
         tmp = os.path.join(folder, STATE_FILE + ".tmp")
+        state = self.planner.state_dict()
+        if self.selfverify is not None:
+            state["selfverify"] = self.selfverify.state_dict()
         with open(tmp, "w") as sink:
-            json.dump(self.planner.state_dict(), sink)
+            json.dump(state, sink)
         os.replace(tmp, os.path.join(folder, STATE_FILE))
 
     def _load_checkpoint(self) -> None:
@@ -341,7 +465,10 @@ class LongcatDataTrainer(PPOTrainerSync):
         if not os.path.exists(path):
             raise FileNotFoundError(f"{MODE} trainer: resuming from {folder} without its planner state {STATE_FILE}")
         with open(path) as source:
-            self.planner.load_state_dict(json.load(source))
+            state = json.load(source)
+        self.planner.load_state_dict(state)
+        if self.selfverify is not None and state.get("selfverify") is not None:
+            self.selfverify.load_state_dict(state["selfverify"])
         self._restore_buffered_groups(folder)
 
     def _restore_buffered_groups(self, folder: str) -> None:

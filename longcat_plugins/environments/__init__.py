@@ -22,6 +22,12 @@ def components() -> list[Component]:
             ),
         ),
         AgentLoop(
+            "longcat_tool_agent_no_tools",
+            f"{mod}.no_tools:NoToolsAgentLoop",
+            config=f"{mod}._agent_loop:ToolAgentSettings",
+            summary="The tool agent's episode with no tools offered and none executed (the without-tools path of tool-necessity selection).",
+        ),
+        AgentLoop(
             "longcat_single_turn",
             "longcat_plugins.data.agent_loop:BudgetedSingleTurnAgentLoop",
             summary="verl's single-turn agent loop with a per-request response budget (``longcat_max_tokens``).",

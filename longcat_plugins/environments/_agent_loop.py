@@ -133,11 +133,11 @@ def opening_messages(
     """
     schemas = [plain(s) for s in episode.tool_schemas()]
     system_text = episode.system_prompt()
-    if not tools_in_template:
+    if schemas and not tools_in_template:  # an episode without tools gets no tool block at all
         system_text += tools_system_block(schemas, tools_style)
     system = {"role": "system", "content": system_text}
     question = {"role": "user", "content": episode.first_user_message()}
-    return system, question, (schemas if tools_in_template else None)
+    return system, question, (schemas if tools_in_template and schemas else None)
 
 
 def tool_message_body(content: Any, limit: int) -> str:

@@ -29,6 +29,13 @@ def components() -> list[Component]:
             "1.0 when the response is exactly ``The answer is <ground_truth>.``, else 0.0 (warm starts).",
         ),
         (
+            "selfverify",
+            "selfverify",
+            "compute_score",
+            "SelfVerifyRewardConfig",
+            "Verification prompts: +1 right verdict, -0.5 wrong, -1 unclear; other samples: the main reward.",
+        ),
+        (
             "math",
             "math",
             "compute_score",
