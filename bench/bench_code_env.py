@@ -34,6 +34,7 @@ import argparse
 import asyncio
 import io
 import json
+import math
 import os
 import platform
 import shutil
@@ -320,16 +321,17 @@ def uids_still_locked(uids: set[int]) -> list[int]:
     return held
 
 
-def leak_run(task_dirs: list[Path], episodes: int) -> dict[str, Any]:
-    """``episodes`` golden episodes through one pool of 8 (concurrency 8), then everything that could leak."""
+def leak_run(task_dirs: list[Path], episodes: int, max_s: float = math.inf) -> dict[str, Any]:
+    """``episodes`` golden episodes through one pool of 8 (concurrency 8), then everything that could leak;
+    fewer when ``max_s`` seconds have passed (checked between chunks of 250)."""
     n_mounts = mounts()
     root = work_root()
     pool = WorkspacePool(Sandbox("auto", LIMITS, work_root=root, max_concurrent=8), size=8)
     start = time.perf_counter()
     done = 0
     try:
-        while done < episodes:  # in chunks, so progress shows
-            k = min(500, episodes - done)
+        while done < episodes and time.perf_counter() - start < max_s:  # in chunks, so progress shows
+            k = min(250, episodes - done)
             run_episodes(pool, task_dirs, k, 8)
             done += k
             print(f"leak run: {done} episodes, {time.perf_counter() - start:.0f} s", flush=True)
@@ -360,7 +362,7 @@ def long_leak(args: argparse.Namespace, tmp: Path) -> None:
     """``--leak-only``: one more slice of the long leak check, added to ``leak_long`` of ``--out``."""
     write_tasks(tmp / "set", args.tasks, seed=5, distractors=2, depth=1, hidden=6)
     task_dirs = sorted((tmp / "set" / "tasks").iterdir())
-    run = leak_run(task_dirs, args.leak_only)
+    run = leak_run(task_dirs, args.leak_only, args.leak_max_s)
     print(json.dumps(run), flush=True)
     out = Path(args.out)
     result = json.loads(out.read_text())
@@ -401,6 +403,7 @@ def main() -> None:
     ap.add_argument(
         "--leak-only", type=int, default=0, help="only the long leak check: this many episodes, added to leak_long"
     )
+    ap.add_argument("--leak-max-s", type=float, default=math.inf, help="--leak-only stops after this long")
     ap.add_argument("--stdio-only", action="store_true", help="only the stdin/stdout sandbox keys, into --out")
     ap.add_argument("--out", default=str(Path(__file__).parent / "results" / "code_env.json"))
     args = ap.parse_args()

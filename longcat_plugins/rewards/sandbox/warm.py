@@ -203,7 +203,7 @@ async def run_per_process(
 #: (base64) as one MARKER line. The expected outputs never enter the sandbox: the comparison is
 #: the caller's, outside.
 STDIO_HARNESS = r"""
-import base64, io, json, os, resource, select, signal, sys, tempfile, time, types
+import binascii, io, json, os, resource, select, signal, sys, time, types
 wall, cpu, fsize, cap, src = float(sys.argv[1]), int(sys.argv[2]), int(sys.argv[3]), int(sys.argv[4]), sys.argv[5]
 out = sys.__stdout__
 out.write("\x00LCWARM-READY\n")
@@ -217,16 +217,31 @@ except BaseException as exc:
     out.flush()
     sys.exit(0)
 enc = (sys.stdin.encoding, sys.stdin.errors, sys.stdout.encoding, sys.stdout.errors, sys.stderr.encoding)
-def tail(f, n):
-    size = f.seek(0, 2)
-    f.seek(max(0, size - n))
-    return f.read(n)
+def unnamed():
+    try:
+        return os.open(".", os.O_TMPFILE | os.O_RDWR, 0o600)
+    except OSError:  # a filesystem without O_TMPFILE: create, then unlink at once
+        name = ".lcwarm-%d-%d" % (os.getpid(), time.monotonic_ns())
+        fd = os.open(name, os.O_CREAT | os.O_EXCL | os.O_RDWR, 0o600)
+        os.unlink(name)
+        return fd
+def read_at(fd, offset, n):
+    os.lseek(fd, offset, 0)
+    chunks = []
+    while n > 0:
+        chunk = os.read(fd, min(n, 1 << 20))
+        if not chunk:
+            break
+        chunks.append(chunk)
+        n -= len(chunk)
+    return b"".join(chunks)
 for text in inputs:
     start = time.monotonic()
-    fin, fout, ferr = (tempfile.TemporaryFile(dir=".") for _ in range(3))
-    fin.write(text.encode(enc[0], enc[1]))
-    fin.flush()
-    fin.seek(0)
+    fin, fout, ferr = unnamed(), unnamed(), unnamed()
+    data = memoryview(text.encode(enc[0], enc[1]))
+    while data:
+        data = data[os.write(fin, data):]
+    os.lseek(fin, 0, 0)
     try:
         pid = os.fork()
     except OSError as exc:
@@ -241,8 +256,8 @@ for text in inputs:
             resource.setrlimit(resource.RLIMIT_CPU, (cpu, cpu + 1))
             resource.setrlimit(resource.RLIMIT_FSIZE, (fsize, fsize))
             for fd, f in ((0, fin), (1, fout), (2, ferr)):
-                os.dup2(f.fileno(), fd)
-                f.close()
+                os.dup2(f, fd)
+                os.close(f)
             sys.stdin = sys.__stdin__ = io.open(0, "r", encoding=enc[0], errors=enc[1], closefd=False)
             sys.stdout = sys.__stdout__ = io.open(1, "w", encoding=enc[2], errors=enc[3], closefd=False)
             sys.stderr = sys.__stderr__ = io.open(2, "w", 1, encoding=enc[4], errors="backslashreplace", closefd=False)
@@ -277,7 +292,7 @@ for text in inputs:
             sys.stderr.flush()
         finally:
             os._exit(code)
-    fin.close()
+    os.close(fin)
     pidfd = os.pidfd_open(pid)
     finished = bool(select.select([pidfd], [], [], wall)[0])
     os.close(pidfd)
@@ -294,15 +309,14 @@ for text in inputs:
         status = "time_limit" if sig in (signal.SIGXCPU, signal.SIGKILL) else "output_limit" if sig == signal.SIGXFSZ else "runtime_error"
     else:
         status = "ok" if os.WEXITSTATUS(st) == 0 else "runtime_error"
-    fout.seek(0)
     res = {
         "status": status,
         "wall": elapsed,
-        "out": base64.b64encode(fout.read(cap)).decode(),
-        "err": tail(ferr, 500).decode(errors="replace"),
+        "out": binascii.b2a_base64(read_at(fout, 0, cap), newline=False).decode(),
+        "err": read_at(ferr, max(0, os.fstat(ferr).st_size - 500), 500).decode(errors="replace"),
     }
-    fout.close()
-    ferr.close()
+    os.close(fout)
+    os.close(ferr)
     out.write("\x00LCWARM" + json.dumps(res) + "\n")
     out.flush()
 """
