@@ -132,7 +132,7 @@ async def bench_sandbox(py_cases: int, cpp_cases: int) -> dict[str, Any]:
     stdin_suite = parse_test_cases(
         {"inputs": [f"{i}\n" for i in range(py_cases)], "outputs": [f"{2 * i}\n" for i in range(py_cases)]}
     )
-    sb = Sandbox("auto", limits)
+    sb = Sandbox("auto", limits, python_stdio_mode="per_case")  # the warm harness: bench_code_env.py's stdio_*
     out["isolation"] = sb.level.value
     t = time.perf_counter()
     rep = await sb.run("python", "print(2 * int(input()))\n", stdin_suite)

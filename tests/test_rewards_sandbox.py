@@ -311,3 +311,86 @@ def test_processes_probing_at_once_see_the_same_levels() -> None:
     seen = [json.loads(p.communicate(timeout=120)[0]) for p in procs]
     assert all(s == seen[0] for s in seen), seen
     assert seen[0] == {lv.value: why is None for lv, why in available_levels().items()}
+
+
+# -- stdin/stdout batches in one warm interpreter (the default for Python) ----------------------
+PARITY = {
+    "add": PY_ADD,
+    "exit_0_after_answer": "import sys\na, b = map(int, input().split())\nprint(a + b)\nsys.exit(0)\n",
+    "exit_3": "import sys\nprint(3)\nsys.exit(3)\n",
+    "exit_message": "import sys\nprint(7)\nsys.exit('bye')\n",
+    "uncaught": "a, b = map(int, input().split())\nprint(a + b)\nraise ValueError('late')\n",
+    "unjoined_thread": (
+        "import sys, threading\ndef main():\n    a, b = map(int, sys.stdin.readline().split())\n    print(a + b)\n"
+        "threading.stack_size(1 << 24)\nthreading.Thread(target=main).start()\n"
+    ),
+    "stdin_buffer": "import sys\nd = sys.stdin.buffer.read().split()\nprint(int(d[0]) + int(d[1]))\n",
+    "open_fd0": "a, b = map(int, open(0).read().split())\nprint(a + b)\n",
+    "main_guard": "def f():\n    a, b = map(int, input().split())\n    print(a + b)\nif __name__ == '__main__':\n    f()\n",
+    "atexit_prints": "import atexit\na, b = map(int, input().split())\natexit.register(lambda: print(a + b))\n",
+    # state carried between cases would make the second and third answers wrong
+    "module_state": "import sys\nk = getattr(sys, 'lc_seen', 0)\nsys.lc_seen = k + 1\na, b = map(int, input().split())\n"
+    "print(a + b + k)\n",
+    "slow_second_case": "import time\na, b = map(int, input().split())\nif a == 3:\n    time.sleep(30)\nprint(a + b)\n",
+    "syntax_error": "def (:\n",
+    "forged_marker": (
+        'import sys\nsys.stdout.write(\'\\x00LCWARM{"status": "ok", "wall": 0, "out": "Mwo=", "err": ""}\\n\')\n'
+    ),
+}
+
+
+def test_warm_stdio_agrees_with_process_per_case(work_root: str) -> None:
+    """Every program gets the same per-case verdicts from the warm harness as from one process per
+    case (at the strongest level; isolation at every level is the hostile tests' business)."""
+    warm = Sandbox("auto", LIMITS, work_root=work_root, python_stdio_mode="warm")
+    per = Sandbox("auto", LIMITS, work_root=work_root, python_stdio_mode="per_case")
+
+    async def both() -> list:  # noqa: ANN202
+        out = []
+        for name, src in PARITY.items():
+            a, b = await asyncio.gather(warm.run("python", src, ADD), per.run("python", src, ADD))
+            out.append((name, a, b))
+        return out
+
+    for name, w, p in asyncio.run(both()):
+        assert not w.infra_error and not p.infra_error, (name, w, p)
+        assert [c.status for c in w.cases] == [c.status for c in p.cases], (name, w.cases, p.cases)
+        assert w.compiled == p.compiled, name
+    assert_clean(warm)
+
+
+@pytest.mark.parametrize("level", LEVELS, ids=lambda lv: lv.value)
+@pytest.mark.parametrize("name", list(HOSTILE))
+def test_hostile_case_in_a_warm_batch_costs_only_that_case(level: IsolationLevel, work_root: str, name: str) -> None:
+    """The middle case turns hostile; the first is judged before it, and (unless it killed the
+    harness itself) the last still runs, from pristine state, within its own limits."""
+    sb = Sandbox(level.value, LIMITS, work_root=work_root)
+    hostile = "\n".join("    " + ln for ln in HOSTILE[name].splitlines())
+    src = f"import sys\nline = sys.stdin.readline()\nif line.strip() == 'bad':\n{hostile}\nprint(sum(map(int, line.split())))\n"
+    suite = parse_test_cases({"inputs": ["1 2\n", "bad\n", "10 -3\n"], "outputs": ["3\n", "never\n", "7\n"]})
+    start = time.monotonic()
+    rep = run(sb, "python", src, suite)
+    assert not rep.infra_error, rep
+    assert rep.cases[0].passed and not rep.cases[1].passed, rep.cases
+    if name != "kill_parent":  # killing its parent kills the harness: the rest of the batch fails, never passes
+        assert rep.cases[2].passed, rep.cases
+    assert time.monotonic() - start < 2 * LIMITS.wall_s + 4
+    assert_clean(sb)
+
+
+def test_expected_outputs_never_enter_the_sandbox(work_root: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A program that could read its harness's memory or files still finds no expected output:
+    only the program and the stdins go in; the comparison runs outside."""
+    sb = Sandbox("auto", LIMITS, work_root=work_root)
+    seen: list[str] = []
+    real_exec = sb.exec
+
+    async def spy(argv, run_dir, io_dir, limits, uid, stdin=""):  # noqa: ANN001, ANN202
+        seen.append(" ".join(argv) + stdin + "".join(Path(run_dir, f).read_text() for f in os.listdir(run_dir)))
+        return await real_exec(argv, run_dir, io_dir, limits, uid, stdin)
+
+    monkeypatch.setattr(sb, "exec", spy)
+    suite = parse_test_cases({"inputs": ["1 2\n", "3 4\n"], "outputs": ["SECRET-3\n", "SECRET-7\n"]})
+    rep = run(sb, "python", PY_ADD, suite)
+    assert [c.status for c in rep.cases] == ["wrong_answer", "wrong_answer"]
+    assert len(seen) == 1 and "SECRET" not in seen[0] and "3 4" in seen[0]

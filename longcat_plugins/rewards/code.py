@@ -35,6 +35,7 @@ class CodeRewardConfig:
     nproc: int = 32
     fsize_mb: int = 16
     python_call_mode: str = "batch"
+    python_stdio_mode: str = "warm"
 
     def __post_init__(self) -> None:
         if self.score_mode not in ("all", "pass_rate"):
@@ -64,11 +65,15 @@ _lock = threading.Lock()
 
 def get_sandbox(cfg: CodeRewardConfig) -> Sandbox:
     """One sandbox per distinct setting set per process (it owns the per-run uid slots)."""
-    key = (cfg.isolation, cfg.limits(), cfg.max_concurrent, cfg.python_call_mode)
+    key = (cfg.isolation, cfg.limits(), cfg.max_concurrent, cfg.python_call_mode, cfg.python_stdio_mode)
     with _lock:
         if key not in _sandboxes:
             _sandboxes[key] = Sandbox(
-                cfg.isolation, cfg.limits(), max_concurrent=cfg.max_concurrent, python_call_mode=cfg.python_call_mode
+                cfg.isolation,
+                cfg.limits(),
+                max_concurrent=cfg.max_concurrent,
+                python_call_mode=cfg.python_call_mode,
+                python_stdio_mode=cfg.python_stdio_mode,
             )
         return _sandboxes[key]
 

@@ -154,9 +154,13 @@ class Sandbox:
         uid_base: int = 61000,
         uid_count: int = 1000,
         python_call_mode: str = "batch",
+        python_stdio_mode: str = "warm",
     ) -> None:
         if python_call_mode not in ("batch", "per_case"):
             raise ValueError(f"python_call_mode must be 'batch' or 'per_case', got {python_call_mode!r}")
+        if python_stdio_mode not in ("warm", "per_case"):
+            raise ValueError(f"python_stdio_mode must be 'warm' or 'per_case', got {python_stdio_mode!r}")
+        self.python_stdio_mode = python_stdio_mode
         self.level: IsolationLevel = choose_level(isolation)
         self.limits = limits or Limits()
         self.compile_limits = compile_limits
@@ -366,6 +370,10 @@ class Sandbox:
         exe = os.path.join(run_dir, lang.exe_name)
         Path(src).write_text(source)
         os.chmod(src, 0o644)
+        warm = lang.name == "python" and self.python_stdio_mode == "warm" and suite.fn_name is None
+        if warm and not any(c.assert_code is not None for c in suite.cases):
+            await self._run_stdio_warm(lang, src, suite, run_dir, io_dir, uid, report)
+            return
         compile_argv = lang.compile_argv(src, exe)
         if compile_argv and not all(c.assert_code is not None for c in suite.cases):
             res = await self.exec(compile_argv, run_dir, io_dir, self.compile_limits, uid)
@@ -442,3 +450,32 @@ class Sandbox:
                     )
             if res.status != "ok":
                 await self._sweep(uid)
+
+    async def _run_stdio_warm(
+        self,
+        lang: Language,
+        src: str,
+        suite: TestSuite,
+        run_dir: str,
+        io_dir: str,
+        uid: int | None,
+        report: SandboxReport,
+    ) -> None:
+        """Every stdin/stdout case of a Python program in one warm interpreter, a fork per case
+        (:func:`~longcat_plugins.rewards.sandbox.warm.run_warm_stdio`); compared here, outside."""
+        from longcat_plugins.rewards.sandbox.warm import run_warm_stdio
+
+        inputs = [c.stdin for c in suite.cases]
+        got = await run_warm_stdio(self, src, inputs, run_dir, io_dir, uid, python=lang.run[0])
+        if got.compile_error is not None:
+            report.compiled = False
+            report.compile_error = got.compile_error
+            report.cases = [CaseResult(False, "compile_error") for _ in suite.cases]
+            return
+        for case, (status, stdout, wall, stderr) in zip(suite.cases, got.cases, strict=True):
+            if status != "ok":
+                report.cases.append(CaseResult(False, status, wall, stderr[-500:]))
+            elif stdout_matches(stdout, case.expected or ""):
+                report.cases.append(CaseResult(True, "passed", wall))
+            else:
+                report.cases.append(CaseResult(False, "wrong_answer", wall, f"got {stdout[:200]!r}"))

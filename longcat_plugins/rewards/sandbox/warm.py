@@ -190,3 +190,205 @@ async def run_per_process(
         if res.status != "ok":
             await sandbox.sweep(uid)
     return out
+
+
+#: The stdin/stdout harness: argv = per-case wall s, per-case CPU s, per-case file-size bytes,
+#: stdout bytes kept per case, the program's path; stdin = one JSON string (the case's stdin) per
+#: line. It compiles the program once (a syntax error is one COMPILE line, no case runs), then per
+#: case forks a child that gets the case's stdin, stdout and stderr as unnamed temp files (nothing
+#: left in the run directory) and runs the compiled program as ``__main__``, exiting as the
+#: interpreter would (SystemExit codes, a traceback and status 1 on an uncaught exception,
+#: non-daemon threads joined, atexit run). The parent waits on a pidfd with the case's deadline,
+#: SIGKILLs the child's process group, and writes the exit status and the first bytes of stdout
+#: (base64) as one MARKER line. The expected outputs never enter the sandbox: the comparison is
+#: the caller's, outside.
+STDIO_HARNESS = r"""
+import binascii, io, json, os, resource, select, signal, sys, time, types
+wall, cpu, fsize, cap, src = float(sys.argv[1]), int(sys.argv[2]), int(sys.argv[3]), int(sys.argv[4]), sys.argv[5]
+out = sys.__stdout__
+out.write("\x00LCWARM-READY\n")
+out.flush()
+inputs = [json.loads(line) for line in sys.stdin.read().splitlines() if line.strip()]
+try:
+    with open(src, "rb") as f:
+        program = compile(f.read(), src, "exec")
+except BaseException as exc:
+    out.write("\x00LCWARM-COMPILE" + json.dumps({"error": (type(exc).__name__ + ": " + str(exc))[:2000]}) + "\n")
+    out.flush()
+    sys.exit(0)
+enc = (sys.stdin.encoding, sys.stdin.errors, sys.stdout.encoding, sys.stdout.errors, sys.stderr.encoding)
+def unnamed():
+    try:
+        return os.open(".", os.O_TMPFILE | os.O_RDWR, 0o600)
+    except OSError:  # a filesystem without O_TMPFILE: create, then unlink at once
+        name = ".lcwarm-%d-%d" % (os.getpid(), time.monotonic_ns())
+        fd = os.open(name, os.O_CREAT | os.O_EXCL | os.O_RDWR, 0o600)
+        os.unlink(name)
+        return fd
+def read_at(fd, offset, n):
+    os.lseek(fd, offset, 0)
+    chunks = []
+    while n > 0:
+        chunk = os.read(fd, min(n, 1 << 20))
+        if not chunk:
+            break
+        chunks.append(chunk)
+        n -= len(chunk)
+    return b"".join(chunks)
+for text in inputs:
+    start = time.monotonic()
+    fin, fout, ferr = unnamed(), unnamed(), unnamed()
+    data = memoryview(text.encode(enc[0], enc[1]))
+    while data:
+        data = data[os.write(fin, data):]
+    os.lseek(fin, 0, 0)
+    try:
+        pid = os.fork()
+    except OSError as exc:
+        res = {"status": "runtime_error", "err": "fork failed: %s" % exc, "out": "", "wall": 0.0}
+        out.write("\x00LCWARM" + json.dumps(res) + "\n")
+        out.flush()
+        continue
+    if pid == 0:
+        code = 1
+        try:
+            os.setpgid(0, 0)
+            resource.setrlimit(resource.RLIMIT_CPU, (cpu, cpu + 1))
+            resource.setrlimit(resource.RLIMIT_FSIZE, (fsize, fsize))
+            for fd, f in ((0, fin), (1, fout), (2, ferr)):
+                os.dup2(f, fd)
+                os.close(f)
+            sys.stdin = sys.__stdin__ = io.open(0, "r", encoding=enc[0], errors=enc[1], closefd=False)
+            sys.stdout = sys.__stdout__ = io.open(1, "w", encoding=enc[2], errors=enc[3], closefd=False)
+            sys.stderr = sys.__stderr__ = io.open(2, "w", 1, encoding=enc[4], errors="backslashreplace", closefd=False)
+            main = types.ModuleType("__main__")
+            main.__file__ = src
+            sys.modules["__main__"] = main
+            sys.argv = [src]
+            code = 0
+            try:
+                exec(program, main.__dict__)
+            except SystemExit as exc:
+                if exc.code is None:
+                    code = 0
+                elif isinstance(exc.code, int):
+                    code = exc.code & 0xFF
+                else:
+                    print(exc.code, file=sys.stderr)
+                    code = 1
+            except BaseException:
+                import traceback
+                traceback.print_exc()
+                code = 1
+            threading = sys.modules.get("threading")
+            if threading is not None:
+                threading._shutdown()
+            import atexit
+            atexit._run_exitfuncs()
+            try:
+                sys.stdout.flush()
+            except BaseException:
+                code = code or 120
+            sys.stderr.flush()
+        finally:
+            os._exit(code)
+    os.close(fin)
+    pidfd = os.pidfd_open(pid)
+    finished = bool(select.select([pidfd], [], [], wall)[0])
+    os.close(pidfd)
+    try:
+        os.killpg(pid, signal.SIGKILL)
+    except OSError:
+        pass
+    _, st = os.waitpid(pid, 0)
+    elapsed = time.monotonic() - start
+    if not finished:
+        status = "time_limit"
+    elif os.WIFSIGNALED(st):
+        sig = os.WTERMSIG(st)
+        status = "time_limit" if sig in (signal.SIGXCPU, signal.SIGKILL) else "output_limit" if sig == signal.SIGXFSZ else "runtime_error"
+    else:
+        status = "ok" if os.WEXITSTATUS(st) == 0 else "runtime_error"
+    res = {
+        "status": status,
+        "wall": elapsed,
+        "out": binascii.b2a_base64(read_at(fout, 0, cap), newline=False).decode(),
+        "err": read_at(ferr, max(0, os.fstat(ferr).st_size - 500), 500).decode(errors="replace"),
+    }
+    os.close(fout)
+    os.close(ferr)
+    out.write("\x00LCWARM" + json.dumps(res) + "\n")
+    out.flush()
+"""
+
+COMPILE = MARKER + "-COMPILE"
+
+
+def _stdio_batch_limits(limits: Limits, n: int, max_stdin: int) -> Limits:
+    """The stdio harness's own limits: ``n`` cases' time, and room for their stdin and kept stdout."""
+    per_case = (limits.output_bytes + 2) // 3 * 4 + 2048
+    need = n * per_case + 4096
+    return Limits(
+        cpu_s=min(limits.cpu_s * n + 2.0, 300.0),
+        wall_s=min(limits.wall_s * n + 2.0, 300.0),
+        memory_mb=limits.memory_mb,
+        nproc=limits.nproc,
+        fsize_mb=max(limits.fsize_mb, -(-(need + max_stdin) // (1 << 20))),
+        nofile=limits.nofile,
+        output_bytes=need,
+    )
+
+
+@dataclass
+class StdioRun:
+    """A stdin/stdout batch's outcome: per-case (status, stdout, wall, stderr tail), or a compile error."""
+
+    cases: list[tuple[str, str, float, str]]
+    compile_error: str | None = None
+
+
+async def run_warm_stdio(
+    sandbox: Sandbox,
+    src: str,
+    inputs: list[str],
+    run_dir: str,
+    io_dir: str,
+    uid: int | None,
+    python: str | None = None,
+) -> StdioRun:
+    """Run the Python program ``src`` once per stdin in ``inputs``, in one warm sandboxed interpreter.
+
+    Per case, the same limits as one process per case (the sandbox's CPU, wall, file size; stdout
+    kept up to ``output_bytes``). Statuses are :class:`ProcResult`'s (ok, runtime_error,
+    time_limit, output_limit); cases the harness never reached get the interpreter's own status.
+    ``python`` is the interpreter (the language's own; the stock one by default). Raises ``OSError`` when the harness did not start (the sandbox failed, not the program).
+    """
+    import base64
+
+    limits = sandbox.limits
+    python = python or get_language("python").run[0]
+    cpu = max(1, int(limits.cpu_s + 0.999))
+    argv = [python, "-I", "-S", "-B", "-c", STDIO_HARNESS, str(limits.wall_s), str(cpu)]
+    argv += [str(limits.fsize_mb << 20), str(limits.output_bytes), src]
+    stdin = "".join(json.dumps(text) + "\n" for text in inputs)
+    max_stdin = max((len(t.encode()) for t in inputs), default=0)
+    res = await sandbox.exec(argv, run_dir, io_dir, _stdio_batch_limits(limits, len(inputs), max_stdin), uid, stdin)
+    if res.stderr.startswith("bwrap:"):
+        raise OSError(f"isolation failed: {res.stderr.strip()[:300]}")
+    if not started(res):
+        raise OSError(f"warm harness did not start ({res.status}): {res.stderr.strip()[-300:]}")
+    lines = res.stdout.split("\n")
+    for ln in lines:
+        if ln.startswith(COMPILE):
+            return StdioRun([], json.loads(ln[len(COMPILE) :])["error"])
+    got = [json.loads(ln[len(MARKER) :]) for ln in lines if ln.startswith(MARKER) and not ln.startswith(READY)]
+    cases = []
+    for k in range(len(inputs)):
+        if k < len(got):
+            g = got[k]
+            text = base64.b64decode(g["out"]).decode(errors="replace")
+            cases.append((g["status"], text, float(g["wall"]), g["err"]))
+        else:
+            status = res.status if res.status != "ok" else "runtime_error"
+            cases.append((status, "", 0.0, res.stderr[-300:] or "harness stopped before this case"))
+    return StdioRun(cases)
