@@ -509,11 +509,18 @@ def summarise(results: dict[str, Any]) -> dict[str, Any]:
 def write_profile(args: argparse.Namespace, inputs: dict[str, Any], files: list[Path], methods: list[str]) -> None:
     """``--profile``: the read floor and :func:`profile` of ``methods``, stored under ``--profile-tag``."""
     disk = disk_bandwidth(files)
-    commit = subprocess.run(["git", "-C", str(REPO), "describe", "--always", "--dirty"], capture_output=True, text=True)
+    package = subprocess.run(  # the code the runners import (PYTHONPATH may point at another checkout)
+        [sys.executable, "-c", "import longcat_plugins, pathlib; print(pathlib.Path(longcat_plugins.__file__).parent)"],
+        capture_output=True,
+        text=True,
+        check=True,
+    ).stdout.strip()
+    commit = subprocess.run(["git", "-C", package, "describe", "--always", "--dirty"], capture_output=True, text=True)
     out = args.work / "out"
     out.mkdir(exist_ok=True)
     entry = {
         "commit": commit.stdout.strip(),
+        "package": package,
         "read_floor_s": disk["bytes"] / (max(disk["passes_mib_s"]) * 2**20),
         **profile(inputs, out, methods),
     }
