@@ -549,6 +549,7 @@ def main() -> None:
     )
     parser.add_argument("--methods", default=",".join(CASES), help=f"comma-separated subset of {', '.join(CASES)}")
     parser.add_argument("--mergekit-dtypes", default="float32,default")
+    parser.add_argument("--tools", default="ours,mergekit", help="which side(s) to run: ours, mergekit or both")
     parser.add_argument("--layers", type=int, default=16, help="16 is the recipe; fewer for a quick check")
     parser.add_argument("--out", type=Path, default=REPO / "bench" / "results" / "fusion.json")
     parser.add_argument("--repeat", type=int, default=1, help="repetitions, ours and mergekit alternately")
@@ -567,6 +568,8 @@ def main() -> None:
     parser.add_argument("--profile-tag", default="current", help="key of this profile in --profile-out (e.g. before)")
     args = parser.parse_args()
     methods = [m for m in args.methods.split(",") if m]
+    if not args.tools or set(args.tools.split(",")) - {"ours", "mergekit"}:
+        parser.error(f"--tools: expected ours, mergekit or both, got {args.tools!r}")
     unknown = sorted(set(methods) - set(CASES))
     if unknown:
         parser.error(f"--methods: unknown {unknown}; choose from {list(CASES)}")
@@ -579,10 +582,17 @@ def main() -> None:
         write_profile(args, inputs, files, methods)
         return
     previous = json.loads(args.out.read_text()) if args.append and args.out.exists() else None
-    if previous is not None and args.replace:
-        previous["runs"] = [r for r in previous["runs"] if r.get("method") not in methods]
+    tools = [t for t in args.tools.split(",") if t]
+    dtypes = [d for d in args.mergekit_dtypes.split(",") if d]
+    rerun = {("ours", "float32")} if "ours" in tools else set()
+    rerun |= {("mergekit", d) for d in dtypes} if "mergekit" in tools else set()
+    if previous is not None and args.replace:  # drop the runs of exactly the (method, tool, dtype) re-run now
+        previous["runs"] = [
+            r for r in previous["runs"] if not (r.get("method") in methods and (r["tool"], r["dtype"]) in rerun)
+        ]
         for method in methods:
-            previous.get("agreement", {}).pop(method, None)
+            if ("ours", "float32") in rerun or ("mergekit", "float32") in rerun:  # its outputs are made anew
+                previous.get("agreement", {}).pop(method, None)
             previous.get("summary", {}).pop(method, None)
     results: dict[str, Any] = previous or {
         "machine": {"cpus": os.cpu_count(), "python": platform.python_version(), "platform": platform.platform()},
@@ -623,7 +633,6 @@ def main() -> None:
             capture_output=True,
             text=True,
         ).stdout.strip()
-    dtypes = [d for d in args.mergekit_dtypes.split(",") if d]
 
     def save() -> None:  # after every run: a long bench cut short keeps what it measured
         results["summary"] = summarise(results)
@@ -632,11 +641,12 @@ def main() -> None:
 
     for rep in range(args.repeat):
         for label in methods:
-            r = run_ours(inputs, out / f"ours-{label}", label)
-            results["runs"].append({**r, "repetition": rep})
-            save()
-            print(f"ours {label}: {r['wall_s']:.1f} s, {r['max_rss_mb']:.0f} MiB", flush=True)
-            if mk_path is None or CASES[label][2] is None:
+            if "ours" in tools:
+                r = run_ours(inputs, out / f"ours-{label}", label)
+                results["runs"].append({**r, "repetition": rep})
+                save()
+                print(f"ours {label}: {r['wall_s']:.1f} s, {r['max_rss_mb']:.0f} MiB", flush=True)
+            if mk_path is None or CASES[label][2] is None or "mergekit" not in tools:
                 continue
             for dtype in dtypes:
                 try:
@@ -652,6 +662,9 @@ def main() -> None:
                 print(f"mergekit {label} ({dtype}): {r['wall_s']:.1f} s, {r['max_rss_mb']:.0f} MiB", flush=True)
     if mk_path is not None:  # the methods run here whose two outputs are on disk (DARE needs task arithmetic's too)
         for label in methods:
+            made_anew = ("ours", "float32") in rerun or ("mergekit", "float32") in rerun
+            if label in results["agreement"] and not made_anew:  # kept: neither output was made anew
+                continue
             if (out / f"ours-{label}").exists() and (out / f"mergekit-{label}-float32").exists():
                 results["agreement"][label] = agreement(inputs, out, label)
                 print(label, json.dumps(results["agreement"][label]), flush=True)
