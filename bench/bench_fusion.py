@@ -224,7 +224,7 @@ PROFILE_STEPS = {
     "pass 1: global norms (read, convert, subtract, norm)": r"^engine\.py:\d+\(_tensor_sq_norms\)$",
     "merge: read + convert to float32": r"^engine\.py:\d+\(read_float\)$",
     "merge: the method (all of it)": r"^methods\.py:\d+\((longcat|task_arithmetic)\)$",
-    "method: seeded keep-mask draws (torch.rand)": r"^~:0\(<built-in method rand of type object",
+    "method: seeded keep-mask draws (torch.rand)": r"^~:0\(<built-in method (torch\.)?rand[ >]",
     "method: sign erase": r"^methods\.py:\d+\(_erase_minority\)$",
     "merge: convert to bf16 (Tensor.to)": r"^~:0\(<method 'to' of 'torch\._C\.TensorBase' objects>\)$",
     "merge: write (pwrite)": r"^writer\.py:\d+\(write_range\)$",

@@ -551,20 +551,30 @@ class _IO:
         return self._buffer("f32", slot, n * 4)[: n * 4].view(torch.float32).copy_(raw)
 
     def tensor_ahead(self, info: TensorInfo) -> None:
-        """Ask the kernel for the whole of ``info`` and of the tensors after it in file order, up to
-        ``READ_AHEAD_BYTES`` per checkpoint: read-ahead one chunk deep left a cold buffered read
-        at about half the disk's O_DIRECT bandwidth (many small requests in flight on 4 files)."""
+        """Ask the kernel for ``info`` and the tensors after it in file order, ``READ_AHEAD_BYTES``
+        per checkpoint in all (a larger tensor's rest follows in :meth:`ahead`'s rolling window):
+        read-ahead one chunk deep left a cold buffered read at about half the disk's O_DIRECT
+        bandwidth (many small requests in flight on 4 files)."""
         if not self.prefetch:
             return
         window = 0
         for nxt in self.order[self._position.get(info.name, len(self.order)) :]:
+            stop = min(nxt.numel, (READ_AHEAD_BYTES - window) // (nxt.nbytes // max(nxt.numel, 1)))
             for ckpt in (self.base, *self.experts):
-                ckpt.will_need(nxt, 0, nxt.numel)
+                ckpt.will_need(nxt, 0, stop)
             window += nxt.nbytes
             if window >= READ_AHEAD_BYTES:
                 break
 
     def ahead(self, info: TensorInfo, start: int, stop: int) -> None:
+        """The chunk [start, stop) of ``info`` is next: ask for it, and for the rest of a tensor
+        larger than the window up to ``READ_AHEAD_BYTES`` beyond it (a rolling window)."""
+        itemsize = info.nbytes // max(info.numel, 1)
+        stop = (
+            max(stop, min(info.numel, start + READ_AHEAD_BYTES // max(itemsize, 1)))
+            if info.nbytes > READ_AHEAD_BYTES
+            else stop
+        )
         if self.prefetch and stop > start:
             for ckpt in (self.base, *self.experts):
                 ckpt.will_need(info, start, stop)
