@@ -32,6 +32,7 @@ import math
 import mmap
 import os
 import platform
+import re
 import shutil
 import statistics
 import subprocess
@@ -191,6 +192,106 @@ report = fuse(spec["base"], [tuple(e) for e in spec["experts"]], spec["output"],
 print(json.dumps({"merge_s": report.seconds, "norm_pass_s": report.norm_pass_seconds,
                   "bytes_read": report.bytes_read}))
 """
+
+PROFILE_RUNNER = """
+import cProfile, json, pstats, sys, time
+t0 = time.perf_counter()
+spec = json.loads(sys.argv[1])
+import torch
+from longcat_plugins.fusion import fuse
+from longcat_plugins.fusion.engine import resolve_method
+resolve_method(spec["method"], spec["params"])  # the host's plugin discovery, once per process
+ready = time.perf_counter() - t0
+profiler = cProfile.Profile()
+if spec["profile"]:
+    profiler.enable()
+t1 = time.perf_counter()
+report = fuse(spec["base"], [tuple(e) for e in spec["experts"]], spec["output"], method=spec["method"],
+              params=spec["params"], seed=0, workers=spec["workers"])
+engine = time.perf_counter() - t1
+profiler.disable()
+rows = []
+if spec["profile"]:
+    for (path, line, func), (cc, nc, tt, ct, _) in pstats.Stats(profiler).stats.items():
+        rows.append({"function": f"{path.rsplit('/', 1)[-1]}:{line}({func})", "calls": nc, "tottime_s": tt,
+                     "cumtime_s": ct})
+print(json.dumps({"imports_and_host_s": ready, "engine_s": engine, "norm_pass_s": report.norm_pass_seconds,
+                  "functions": rows}))
+"""
+
+#: steps of the merge, each the inclusive (cumulative) time of the profiled functions matching a pattern
+PROFILE_STEPS = {
+    "pass 1: global norms (read, convert, subtract, norm)": r"^engine\.py:\d+\(_tensor_sq_norms\)$",
+    "merge: read + convert to float32": r"^engine\.py:\d+\(read_float\)$",
+    "merge: the method (all of it)": r"^methods\.py:\d+\((longcat|task_arithmetic)\)$",
+    "method: seeded keep-mask draws (torch.rand)": r"^~:0\(<built-in method (torch\.)?rand[ >]",
+    "method: sign erase": r"^methods\.py:\d+\(_erase_minority\)$",
+    "merge: convert to bf16 (Tensor.to)": r"^~:0\(<method 'to' of 'torch\._C\.TensorBase' objects>\)$",
+    "merge: write (pwrite)": r"^writer\.py:\d+\(write_range\)$",
+    "reads: os.preadv (both passes)": r"^~:0\(<built-in method posix\.preadv>\)$",
+}
+
+
+def _python_wall(code: str, repeat: int) -> float:
+    """Median wall of ``python -c code`` over ``repeat`` fresh interpreters (warm page cache)."""
+    walls = []
+    for _ in range(repeat):
+        t = time.perf_counter()
+        subprocess.run([sys.executable, "-c", code], check=True, capture_output=True)
+        walls.append(time.perf_counter() - t)
+    return statistics.median(walls)
+
+
+def profile(inputs: dict[str, Any], out: Path, labels: list[str], repeat: int = 5) -> dict[str, Any]:
+    """Where the time of ``labels`` goes: interpreter start and imports (fresh interpreters,
+    medians), the engine's wall with its default two workers (cold cache), and a cProfile of
+    the engine with one worker (cold cache; every op on the calling thread, so the per-function
+    times add up to the engine's serial CPU + I/O wait)."""
+    result: dict[str, Any] = {
+        "startup": {
+            "python_pass_s": _python_wall("pass", repeat),
+            "import_torch_s": _python_wall("import torch", repeat),
+            "import_fusion_engine_s": _python_wall(
+                "import torch, longcat_plugins.fusion.engine, longcat_plugins.fusion.methods", repeat
+            ),
+            "repeat": repeat,
+        },
+        "methods": {},
+    }
+    for label in labels:
+        method, params, _, _, weights = CASES[label]
+        spec = {
+            "base": str(inputs["base"]),
+            "experts": [[str(p), w] for p, w in zip(inputs["experts"], weights, strict=True)],
+            "output": str(out / f"profile-{label}"),
+            "method": method,
+            "params": params,
+        }
+        entry: dict[str, Any] = {}
+        for workers, profiled in ((2, False), (1, True)):
+            shutil.rmtree(spec["output"], ignore_errors=True)
+            evict(input_files(inputs))
+            run = measure(
+                [sys.executable, "-c", PROFILE_RUNNER, json.dumps({**spec, "workers": workers, "profile": profiled})]
+            )
+            inner = json.loads(run.pop("stdout").strip().splitlines()[-1])
+            rows = sorted(inner.pop("functions"), key=lambda r: -r["tottime_s"])
+            record = {"wall_s": run["wall_s"], "max_rss_mb": run["peak_rss_mib"], **inner}
+            if profiled:
+                record["top_tottime"] = rows[:15]
+                record["steps_cumtime_s"] = {
+                    step: sum(r["cumtime_s"] for r in rows if re.search(pattern, r["function"]))
+                    for step, pattern in PROFILE_STEPS.items()
+                }
+            entry[f"workers_{workers}" + ("_cprofile" if profiled else "")] = record
+            print(
+                f"profile {label} workers={workers}: wall {run['wall_s']:.2f} s, engine {inner['engine_s']:.2f} s",
+                flush=True,
+            )
+        result["methods"][label] = entry
+        shutil.rmtree(spec["output"], ignore_errors=True)
+    return result
+
 
 #: label -> (our method, our params, mergekit method, mergekit parameters per model, weights)
 CASES: dict[str, tuple[str, dict[str, Any], str | None, dict[str, Any], list[float]]] = {
@@ -405,6 +506,38 @@ def summarise(results: dict[str, Any]) -> dict[str, Any]:
     return table
 
 
+def write_profile(args: argparse.Namespace, inputs: dict[str, Any], files: list[Path], methods: list[str]) -> None:
+    """``--profile``: the read floor and :func:`profile` of ``methods``, stored under ``--profile-tag``."""
+    disk = disk_bandwidth(files)
+    package = subprocess.run(  # the code the runners import (PYTHONPATH may point at another checkout)
+        [sys.executable, "-c", "import longcat_plugins, pathlib; print(pathlib.Path(longcat_plugins.__file__).parent)"],
+        capture_output=True,
+        text=True,
+        check=True,
+    ).stdout.strip()
+    commit = subprocess.run(["git", "-C", package, "describe", "--always", "--dirty"], capture_output=True, text=True)
+    out = args.work / "out"
+    out.mkdir(exist_ok=True)
+    entry = {
+        "commit": commit.stdout.strip(),
+        "package": package,
+        "read_floor_s": disk["bytes"] / (max(disk["passes_mib_s"]) * 2**20),
+        **profile(inputs, out, methods),
+    }
+    results = json.loads(args.profile_out.read_text()) if args.profile_out.exists() else {}
+    results.setdefault("machine", {"cpus": os.cpu_count(), "python": platform.python_version()})
+    results["how"] = (
+        "bench/bench_fusion.py --profile --methods ... --profile-tag TAG; inputs as fusion.json's; start-up: median "
+        "of fresh interpreters; engine: wall of fuse() from a cold page cache with its default 2 workers, then "
+        "again with 1 worker under cProfile (every op on the calling thread: per-function times are serial "
+        "CPU + I/O wait; steps are inclusive times of the matching functions)"
+    )
+    results.setdefault("profiles", {})[args.profile_tag] = entry
+    args.profile_out.parent.mkdir(parents=True, exist_ok=True)
+    args.profile_out.write_text(json.dumps(results, indent=2) + "\n")
+    print(f"wrote {args.profile_out} [{args.profile_tag}]")
+
+
 # -- main ---------------------------------------------------------------------------------------
 
 
@@ -416,6 +549,7 @@ def main() -> None:
     )
     parser.add_argument("--methods", default=",".join(CASES), help=f"comma-separated subset of {', '.join(CASES)}")
     parser.add_argument("--mergekit-dtypes", default="float32,default")
+    parser.add_argument("--tools", default="ours,mergekit", help="which side(s) to run: ours, mergekit or both")
     parser.add_argument("--layers", type=int, default=16, help="16 is the recipe; fewer for a quick check")
     parser.add_argument("--out", type=Path, default=REPO / "bench" / "results" / "fusion.json")
     parser.add_argument("--repeat", type=int, default=1, help="repetitions, ours and mergekit alternately")
@@ -425,8 +559,17 @@ def main() -> None:
         action="store_true",
         help="with --append: first drop the existing runs (both tools) of the --methods re-run, e.g. after a code change",
     )
+    parser.add_argument(
+        "--profile",
+        action="store_true",
+        help="instead of the comparison: profile --methods (start-up, engine wall, cProfile) into --profile-out",
+    )
+    parser.add_argument("--profile-out", type=Path, default=REPO / "bench" / "results" / "fusion_profile.json")
+    parser.add_argument("--profile-tag", default="current", help="key of this profile in --profile-out (e.g. before)")
     args = parser.parse_args()
     methods = [m for m in args.methods.split(",") if m]
+    if not args.tools or set(args.tools.split(",")) - {"ours", "mergekit"}:
+        parser.error(f"--tools: expected ours, mergekit or both, got {args.tools!r}")
     unknown = sorted(set(methods) - set(CASES))
     if unknown:
         parser.error(f"--methods: unknown {unknown}; choose from {list(CASES)}")
@@ -435,11 +578,21 @@ def main() -> None:
     t0 = time.perf_counter()
     inputs = build_inputs(args.work, args.layers)
     files = input_files(inputs)
+    if args.profile:
+        write_profile(args, inputs, files, methods)
+        return
     previous = json.loads(args.out.read_text()) if args.append and args.out.exists() else None
-    if previous is not None and args.replace:
-        previous["runs"] = [r for r in previous["runs"] if r.get("method") not in methods]
+    tools = [t for t in args.tools.split(",") if t]
+    dtypes = [d for d in args.mergekit_dtypes.split(",") if d]
+    rerun = {("ours", "float32")} if "ours" in tools else set()
+    rerun |= {("mergekit", d) for d in dtypes} if "mergekit" in tools else set()
+    if previous is not None and args.replace:  # drop the runs of exactly the (method, tool, dtype) re-run now
+        previous["runs"] = [
+            r for r in previous["runs"] if not (r.get("method") in methods and (r["tool"], r["dtype"]) in rerun)
+        ]
         for method in methods:
-            previous.get("agreement", {}).pop(method, None)
+            if ("ours", "float32") in rerun or ("mergekit", "float32") in rerun:  # its outputs are made anew
+                previous.get("agreement", {}).pop(method, None)
             previous.get("summary", {}).pop(method, None)
     results: dict[str, Any] = previous or {
         "machine": {"cpus": os.cpu_count(), "python": platform.python_version(), "platform": platform.platform()},
@@ -480,7 +633,6 @@ def main() -> None:
             capture_output=True,
             text=True,
         ).stdout.strip()
-    dtypes = [d for d in args.mergekit_dtypes.split(",") if d]
 
     def save() -> None:  # after every run: a long bench cut short keeps what it measured
         results["summary"] = summarise(results)
@@ -489,11 +641,12 @@ def main() -> None:
 
     for rep in range(args.repeat):
         for label in methods:
-            r = run_ours(inputs, out / f"ours-{label}", label)
-            results["runs"].append({**r, "repetition": rep})
-            save()
-            print(f"ours {label}: {r['wall_s']:.1f} s, {r['max_rss_mb']:.0f} MiB", flush=True)
-            if mk_path is None or CASES[label][2] is None:
+            if "ours" in tools:
+                r = run_ours(inputs, out / f"ours-{label}", label)
+                results["runs"].append({**r, "repetition": rep})
+                save()
+                print(f"ours {label}: {r['wall_s']:.1f} s, {r['max_rss_mb']:.0f} MiB", flush=True)
+            if mk_path is None or CASES[label][2] is None or "mergekit" not in tools:
                 continue
             for dtype in dtypes:
                 try:
@@ -507,8 +660,11 @@ def main() -> None:
                 results["runs"].append({**r, "repetition": rep})
                 save()
                 print(f"mergekit {label} ({dtype}): {r['wall_s']:.1f} s, {r['max_rss_mb']:.0f} MiB", flush=True)
-    if mk_path is not None:  # every method whose two outputs are on disk (an --append run completes them)
-        for label in CASES:
+    if mk_path is not None:  # the methods run here whose two outputs are on disk (DARE needs task arithmetic's too)
+        for label in methods:
+            made_anew = ("ours", "float32") in rerun or ("mergekit", "float32") in rerun
+            if label in results["agreement"] and not made_anew:  # kept: neither output was made anew
+                continue
             if (out / f"ours-{label}").exists() and (out / f"mergekit-{label}-float32").exists():
                 results["agreement"][label] = agreement(inputs, out, label)
                 print(label, json.dumps(results["agreement"][label]), flush=True)

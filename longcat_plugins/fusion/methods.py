@@ -14,6 +14,7 @@ This module must keep real (not stringified) annotations on the keyword-only par
 they become the config schema and are checked with :func:`typing.get_type_hints`.
 """
 
+import math
 from typing import TYPE_CHECKING, Literal
 
 from longcat_plugins.fusion.contract import (
@@ -32,40 +33,87 @@ if TYPE_CHECKING:
 Majority = Literal["mass", "count"]
 
 
-def _majority_positive(contribs: "list[torch.Tensor]", majority: str) -> "torch.Tensor":
-    """True where the majority direction of the contributions is + (a bool tensor: 1 byte per element)."""
+def _majority_sign(contribs: "list[torch.Tensor]", majority: str) -> "torch.Tensor":
+    """+1.0 where the majority direction of the contributions is +, −1.0 where it is − (float32).
+
+    A float sign, not a bool mask: comparisons and ``torch.where`` on bool tensors are the slow
+    kernels of the erase step, float multiplies are vectorised. ``mass`` is never −0.0 (a sum
+    started at +0.0), so ``copysign`` gives +1 exactly where ``mass >= 0``; a NaN elects −, as
+    ``NaN >= 0`` is false. ``count`` (an integer per element) decides where it is non-zero, the
+    mass breaks its ties: the sign of ``count + sign(mass)/2``.
+    """
     import torch
 
     mass = torch.zeros_like(contribs[0])
     for c in contribs:
         mass.add_(c)
-    positive = mass >= 0
-    if majority == "mass":
-        return positive
-    count = torch.zeros_like(contribs[0])
-    for c in contribs:
-        count.add_(torch.sign(c))
-    return torch.where(count == 0, positive, count > 0)
+    sign = torch.ones_like(mass).copysign_(mass)
+    if not math.isfinite(float(mass.sum())):  # rare: NaN or inf somewhere
+        sign.masked_fill_(torch.isnan(mass), -1.0)
+    if majority == "count":
+        count = torch.zeros_like(mass)
+        for c in contribs:
+            count.add_(torch.sign(c))
+        sign = torch.ones_like(mass).copysign_(count.add_(sign, alpha=0.5))
+    return sign
 
 
-def _opposes(c: "torch.Tensor", positive: "torch.Tensor") -> "torch.Tensor":
-    """Non-zero entries of ``c`` pointing against the majority direction."""
+def _erase_against(c: "torch.Tensor", sign: "torch.Tensor", scratch: "torch.Tensor | None" = None) -> int:
+    """Zero the non-zero entries of ``c`` (in place) pointing against ``sign`` (±1 per element);
+    returns how many. ``scratch``: a float32 buffer of ``c``'s size to reuse.
+
+    An entry opposes where ``c · sign < 0`` (exact: ``sign`` is ±1). For finite ``c`` it is
+    multiplied by a 0/1 mask (sign(c · sign) + 1, at most 1): an erased entry becomes a zero
+    whose sign is ``c``'s, which no sum that reaches an output can tell from +0.0 (an erased entry
+    implies a non-zero agreeing one; see ``longcat``). An infinite entry would become NaN that
+    way, so any non-finite ``c`` takes ``masked_fill_`` (+0.0, the rule as written).
+    """
     import torch
 
-    return torch.where(positive, c < 0, c > 0)
+    product = torch.mul(c, sign, out=scratch) if scratch is not None else c * sign
+    if math.isfinite(float(c.sum())):
+        keep = product.sign_().add_(1.0).clamp_(max=1.0)
+        erased = c.numel() - _count_ones(keep)
+        c.mul_(keep)
+        return erased
+    opposite = product < 0
+    c.masked_fill_(opposite, 0.0)
+    return int(torch.count_nonzero(opposite))
 
 
 def _erase_minority(contribs: "list[torch.Tensor]", majority: str) -> list[int]:
     """Zero every contribution whose sign opposes the majority direction; counts per expert."""
     import torch
 
-    positive = _majority_positive(contribs, majority)
-    erased = []
-    for c in contribs:
-        opposite = _opposes(c, positive)
-        erased.append(int(torch.count_nonzero(opposite)))
-        c.masked_fill_(opposite, 0.0)
-    return erased
+    sign = _majority_sign(contribs, majority)
+    scratch = torch.empty_like(sign)
+    return [_erase_against(c, sign, scratch) for c in contribs]
+
+
+def _count_ones(mask: "torch.Tensor") -> int:
+    """The number of ones in a float32 0/1 mask: a float32 sum is exact while every partial sum
+    fits its 24-bit mantissa (up to 2^24 elements), a float64 one beyond (``count_nonzero`` on
+    floats is ten times slower)."""
+    import torch
+
+    return int(mask.sum() if mask.numel() <= 1 << 24 else mask.sum(dtype=torch.float64))
+
+
+def _drop(delta: "torch.Tensor", generator: "torch.Generator", p: float) -> int:
+    """Keep each element of ``delta`` (in place) where ``torch.rand(shape, generator, float32) >= p``,
+    zero the others (× 0.0); returns how many were zeroed.
+
+    The mask is built in float32 (sign(r − p) + 1, at most 1: 1 exactly where r ≥ p, since a
+    rounded difference is zero only when r = p), which costs a third of a bool compare, count
+    and bool multiply; the product is the same as with the bool mask.
+    """
+    import torch
+
+    keep = torch.rand(delta.shape, generator=generator, dtype=torch.float32)
+    keep.sub_(p).sign_().add_(1.0).clamp_(max=1.0)
+    zeroed = delta.numel() - _count_ones(keep)
+    delta.mul_(keep)
+    return zeroed
 
 
 def _sub_and_norm(expert: "torch.Tensor", base: "torch.Tensor") -> float:
@@ -141,7 +189,6 @@ def longcat(
 
     With ``normalize="none"``, ``drop_rate=0`` and ``erase=False`` this is weighted task arithmetic.
     """
-    import torch
 
     _longcat_params(drop_rate=drop_rate, normalize=normalize, majority=majority)
     n = len(experts)
@@ -153,14 +200,14 @@ def longcat(
     for i, delta in enumerate(experts):
         factor = weights[i] * scales[i]
         if drop_rate > 0:
-            keep = torch.rand(delta.shape, generator=ctx.generator(i), dtype=torch.float32) >= drop_rate
-            dropped[i] = float(delta.numel() - int(torch.count_nonzero(keep)))
-            delta.mul_(keep)
-            del keep
+            dropped[i] = float(_drop(delta, ctx.generator(i), drop_rate))
             if rescale:
                 factor /= 1.0 - drop_rate
         if factor != 1.0:
             delta.mul_(factor)
+    # an erased entry may be left as −0.0 where the rule says +0.0 (see _erase_against): the sum
+    # cannot tell, as an element with an erased entry also has a non-zero entry of the majority
+    # sign, and entries that agree share that sign, so its Σ c_i is non-zero
     erased = [float(x) for x in _erase_minority(experts, majority)] if erase else [0.0] * n
     merged = experts[0]
     for c in experts[1:]:
@@ -250,7 +297,6 @@ def ties(
     sign(c_i) = m; merged = θ_base + scale · Σ_agree c_i / Σ_agree w_i (``normalize``; a zero
     divisor counts as 1) or θ_base + scale · Σ_agree c_i (not ``normalize``).
     """
-    import torch
 
     _ties_params(density=density, majority=majority)
     trimmed, delta_sq = [], []
@@ -258,20 +304,7 @@ def ties(
         delta_sq.append(_sub_and_norm(e, base))
         trimmed.append(float(_trim(e, density, ctx.generator(i))))
         e.mul_(w)
-    positive = _majority_positive(experts, majority)
-    merged = torch.zeros_like(base)
-    divisor = torch.zeros_like(base) if normalize else None
-    erased = []
-    for w, c in zip(weights, experts, strict=True):
-        opposite = _opposes(c, positive)
-        erased.append(float(torch.count_nonzero(opposite)))
-        c.masked_fill_(opposite, 0.0)
-        merged.add_(c)
-        if divisor is not None:
-            divisor.add_(c != 0, alpha=w)
-    if divisor is not None:
-        divisor[divisor == 0] = 1.0
-        merged.div_(divisor)
+    merged, erased = _disjoint_merge(experts, weights, majority, normalize)
     if scale != 1.0:
         merged.mul_(scale)
     return merged.add_(base), {"trimmed": trimmed, "erased": erased, DELTA_SQ: delta_sq}
@@ -287,16 +320,13 @@ def _dare_params(*, density: float, majority: str = "mass", **_: object) -> None
 def _dare_drop(deltas: "list[torch.Tensor]", ctx: TensorContext, density: float, rescale: bool) -> list[float]:
     """Keep each element of δ_i where ``torch.rand(..., generator=ctx.generator(i)) >= 1 − density``
     (the documented keep-mask with p = 1 − density), times 1/density with ``rescale``; counts dropped."""
-    import torch
 
     dropped = []
     for i, delta in enumerate(deltas):
         if density >= 1.0:
             dropped.append(0.0)
             continue
-        keep = torch.rand(delta.shape, generator=ctx.generator(i), dtype=torch.float32) >= 1.0 - density
-        dropped.append(float(delta.numel() - int(torch.count_nonzero(keep))))
-        delta.mul_(keep)
+        dropped.append(float(_drop(delta, ctx.generator(i), 1.0 - density)))
         if rescale:
             delta.div_(density)
     return dropped
@@ -347,25 +377,25 @@ def _disjoint_merge(
     weights: list[float],
     majority: str,
     normalize: bool,
-    positive: "torch.Tensor | None" = None,
+    sign: "torch.Tensor | None" = None,
 ) -> "tuple[torch.Tensor, list[float]]":
     """Σ of the contributions that agree with the majority direction, divided elementwise by the
     weights of the agreeing ones when ``normalize`` (a zero divisor counts as 1); counts erased.
-    ``positive``: the majority direction when it was elected on other values than ``contribs``."""
+    ``sign``: the majority direction (±1) when it was elected on other values than ``contribs``.
+    The sum starts at +0.0, so the sign of an erased entry's zero never reaches it."""
     import torch
 
-    if positive is None:
-        positive = _majority_positive(contribs, majority)
+    if sign is None:
+        sign = _majority_sign(contribs, majority)
     merged = torch.zeros_like(contribs[0])
     divisor = torch.zeros_like(contribs[0]) if normalize else None
+    scratch = torch.empty_like(merged)
     erased = []
     for w, c in zip(weights, contribs, strict=True):
-        opposite = _opposes(c, positive)
-        erased.append(float(torch.count_nonzero(opposite)))
-        c.masked_fill_(opposite, 0.0)
+        erased.append(float(_erase_against(c, sign, scratch)))
         merged.add_(c)
         if divisor is not None:
-            divisor.add_((c != 0).to(c.dtype).mul_(w))
+            divisor.add_(c != 0, alpha=w)
     if divisor is not None:
         divisor.masked_fill_(divisor == 0, 1.0)
         merged.div_(divisor)
@@ -535,8 +565,8 @@ def sce(
     energy = [float(torch.linalg.vector_norm(e)) ** 2 for e in experts]
     total = sum(energy)
     eta = [x / total for x in energy] if total > 0 else [1.0 / n] * n
-    positive = _majority_positive(experts, majority)  # elected on the c_i, before the η weighting
+    sign = _majority_sign(experts, majority)  # elected on the c_i, before the η weighting
     for e, h in zip(experts, eta, strict=True):
         e.mul_(h)
-    merged, erased = _disjoint_merge(experts, eta, majority, normalize=True, positive=positive)
+    merged, erased = _disjoint_merge(experts, eta, majority, normalize=True, sign=sign)
     return merged.add_(base), {"unselected": unselected, "erased": erased, DELTA_SQ: delta_sq}
