@@ -123,7 +123,13 @@ def test_dora_elastic_group_is_lent_and_reclaimed(tiny_assets: Assets, tmp_path:
     for ready, lend in decisions:
         if ready >= 4:
             assert lend == 0.0, decisions  # next batch already full: no lending
-    assert any(lend == 1.0 for _, lend in decisions), decisions
+    # Lending pays only when a step ends before the standalone group has generated the next
+    # batch, which is the machine's timing: on a loaded 2-core machine a slow training step can
+    # leave the next batch full after every step (measured: ready 4 at every step of 5), and then
+    # lending rightly never happens. When some step (not the last) ended short, the group was lent.
+    short = [step for step, (ready, _) in enumerate(decisions[:-1], start=1) if ready < 4]
+    if short:
+        assert any(lend == 1.0 for _, lend in decisions), decisions
     assert any("timing_s/switch_to_trainer" in m for m in result.steps), "the elastic group was reclaimed"
     # three replicas (the hybrid one is rank 0); the elastic one gets weights only when lent
     updates = [r for r in rollout if r["event"] == "update"]
