@@ -56,6 +56,19 @@ class ScriptedServer:
         )
 
 
+def build_loop(loop_cls: Any, config: Any, server: Any, tokenizer: Any, settings: Any) -> Any:
+    """An agent loop of ``loop_cls`` on ``config`` (a trainer config) and a scripted server, as verl's worker builds it."""
+    return loop_cls(
+        trainer_config=DictConfigWrap(config),
+        server_manager=server,
+        tokenizer=tokenizer,
+        processor=None,
+        dataset_cls=None,
+        data_config=DictConfigWrap(config.data),
+        settings=settings,
+    )
+
+
 def make_loop(
     tokenizer: Any,
     server: ScriptedServer,
@@ -74,15 +87,7 @@ def make_loop(
             "data": {},
         }
     )
-    return LongcatToolAgentLoop(
-        trainer_config=DictConfigWrap(config),
-        server_manager=server,
-        tokenizer=tokenizer,
-        processor=None,
-        dataset_cls=None,
-        data_config=DictConfigWrap(config.data),
-        settings=settings,
-    )
+    return build_loop(LongcatToolAgentLoop, config, server, tokenizer, settings)
 
 
 def tiny_tokenizer(root: Path) -> Any:

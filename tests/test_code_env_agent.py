@@ -15,9 +15,8 @@ from typing import Any
 
 import pandas as pd
 import pytest
-from env_agent_helpers import ScriptedServer, hermes
+from env_agent_helpers import ScriptedServer, build_loop, hermes
 from omegaconf import OmegaConf
-from verl.experimental.agent_loop.agent_loop import DictConfigWrap
 
 from longcat_plugins.environments.code_env import episode as episode_mod
 from longcat_plugins.environments.code_env._agent_loop import CodeAgentSettings, LongcatCodeAgentLoop
@@ -55,15 +54,7 @@ def make_code_loop(tokenizer: Any, server: ScriptedServer, settings: CodeAgentSe
             "data": {},
         }
     )
-    return LongcatCodeAgentLoop(
-        trainer_config=DictConfigWrap(config),
-        server_manager=server,
-        tokenizer=tokenizer,
-        processor=None,
-        dataset_cls=None,
-        data_config=DictConfigWrap(config.data),
-        settings=settings,
-    )
+    return build_loop(LongcatCodeAgentLoop, config, server, tokenizer, settings)
 
 
 def run_row(tokenizer: Any, row: dict[str, Any], script: list[str], settings: CodeAgentSettings) -> Any:

@@ -11,9 +11,8 @@ from typing import Any
 
 import pytest
 from conftest import run_cli
-from env_agent_helpers import ScriptedServer
+from env_agent_helpers import ScriptedServer, build_loop
 from omegaconf import OmegaConf
-from verl.experimental.agent_loop.agent_loop import DictConfigWrap
 
 from longcat_plugins.environments.heavy_thinking import (
     NO_ANSWER,
@@ -207,15 +206,7 @@ def _loop(tokenizer: Any, server: ScriptedServer, settings: HeavyThinkingSetting
             "data": {},
         }
     )
-    return LongcatHeavyThinkingAgentLoop(
-        trainer_config=DictConfigWrap(config),
-        server_manager=server,
-        tokenizer=tokenizer,
-        processor=None,
-        dataset_cls=None,
-        data_config=DictConfigWrap(config.data),
-        settings=settings,
-    )
+    return build_loop(LongcatHeavyThinkingAgentLoop, config, server, tokenizer, settings)
 
 
 SAMPLE = {

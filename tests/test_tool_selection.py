@@ -13,9 +13,8 @@ import numpy as np
 import pandas as pd
 import pytest
 from conftest import run_cli
-from env_agent_helpers import ENV_PATH, KVEnvironment, ScriptedServer, hermes
+from env_agent_helpers import ENV_PATH, KVEnvironment, ScriptedServer, build_loop, hermes
 from omegaconf import OmegaConf
-from verl.experimental.agent_loop.agent_loop import DictConfigWrap
 
 from longcat_plugins.environments.agent_loop import ToolAgentSettings
 from longcat_plugins.environments.no_tools import NO_TOOLS_ERROR, NoToolsAgentLoop
@@ -120,15 +119,7 @@ def make_no_tools_loop(tokenizer: Any, server: ScriptedServer) -> NoToolsAgentLo
             "data": {},
         }
     )
-    return NoToolsAgentLoop(
-        trainer_config=DictConfigWrap(config),
-        server_manager=server,
-        tokenizer=tokenizer,
-        processor=None,
-        dataset_cls=None,
-        data_config=DictConfigWrap(config.data),
-        settings=ToolAgentSettings(),
-    )
+    return build_loop(NoToolsAgentLoop, config, server, tokenizer, ToolAgentSettings())
 
 
 def test_without_tools_the_golden_chain_executes_nothing_and_earns_nothing(tokenizer: Any, env: KVEnvironment) -> None:
