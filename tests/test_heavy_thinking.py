@@ -155,6 +155,14 @@ def test_validate_exits_2_naming_the_key() -> None:
     text = no_slot.stdout + no_slot.stderr
     assert no_slot.returncode == 2 and KEY in text and "summary_template: needs the answer slot" in text
 
+    grpo = run_cli("validate", "heavy_thinking_cpu", "algorithm.adv_estimator=grpo")
+    text = grpo.stdout + grpo.stderr
+    assert grpo.returncode == 2 and "algorithm.adv_estimator: grpo under the v1 trainer" in text, text
+    summary_only = run_cli(
+        "validate", "heavy_thinking_cpu", "algorithm.adv_estimator=grpo", f"+{KEY}.train_parallel=false"
+    )
+    assert summary_only.returncode == 0, summary_only.stdout + summary_only.stderr
+
 
 # -- the orchestration -------------------------------------------------------------------------------
 
@@ -278,7 +286,7 @@ def test_legacy_trainer_trains_the_final_summary_only(tokenizer: Any) -> None:
 
 
 def test_v1_grpo_with_parallel_outputs_is_refused(tokenizer: Any) -> None:
-    with pytest.raises(ValueError, match="algorithm.adv_estimator=grpo"):
+    with pytest.raises(ValueError, match="algorithm.adv_estimator: grpo"):
         _loop(tokenizer, _server(tokenizer), HeavyThinkingSettings(k=2), adv_estimator="grpo")
     _loop(tokenizer, _server(tokenizer), HeavyThinkingSettings(k=2, train_parallel=False), adv_estimator="grpo")
 

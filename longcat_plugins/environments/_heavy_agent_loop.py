@@ -53,6 +53,31 @@ def load_settings() -> HeavyThinkingSettings:
     return found if found is not None else HeavyThinkingSettings()
 
 
+def _get(config: Any, path: str, default: Any) -> Any:
+    node = config
+    for key in path.split("."):
+        node = node.get(key) if hasattr(node, "get") else None
+        if node is None:
+            return default
+    return node
+
+
+def _multi_output(config: Any, train_parallel: bool) -> bool:
+    """The v1 trainer stores every output of a sample; the legacy trainer keeps the last one."""
+    return bool(train_parallel and _get(config, "trainer.use_v1", False))
+
+
+def _grpo_problem(config: Any, train_parallel: bool) -> str | None:
+    if not _multi_output(config, train_parallel) or str(_get(config, "algorithm.adv_estimator", "")) != "grpo":
+        return None
+    return (
+        "algorithm.adv_estimator: grpo under the v1 trainer gives every output of a sample the last "
+        f"output's advantage, so {AGENT_NAME}'s parallel trajectories would be credited with the "
+        "summary's; use algorithm.adv_estimator=longcat_grpo (per-output), or "
+        f"longcat.settings.environment.{AGENT_NAME}.train_parallel=false to train the summary only"
+    )
+
+
 class CreditedOutput(AgentLoopOutput):
     """An ``AgentLoopOutput`` that keeps its own reward through verl's v1 multi-output path.
 
@@ -95,16 +120,18 @@ class LongcatHeavyThinkingAgentLoop(AgentLoopBase):
         self.settings = settings if settings is not None else load_settings()
         self.prompt_length = int(self.rollout_config.prompt_length)
         self.response_length = int(self.rollout_config.response_length)
-        trainer = self.config.get("trainer", {}) if hasattr(self.config, "get") else {}
-        self.multi_output = bool(self.settings.train_parallel and trainer.get("use_v1", False))
-        algorithm = self.config.get("algorithm", {}) if hasattr(self.config, "get") else {}
-        if self.multi_output and str(algorithm.get("adv_estimator", "")) == "grpo":
-            raise ValueError(
-                "algorithm.adv_estimator=grpo: verl's v1 grpo gives every output of a sample the last "
-                f"output's advantage, so {AGENT_NAME}'s parallel trajectories would be credited with the "
-                "summary's; use algorithm.adv_estimator=longcat_grpo (per-output), or "
-                f"longcat.settings.environment.{AGENT_NAME}.train_parallel=false to train the summary only"
-            )
+        self.multi_output = _multi_output(self.config, self.settings.train_parallel)
+        problem = _grpo_problem(self.config, self.settings.train_parallel)
+        if problem:
+            raise ValueError(problem)
+
+    @staticmethod
+    def check_config(config: Any) -> list[str]:
+        """Refuse verl's v1 ``grpo`` with parallel outputs before Ray starts (the host calls this
+        for a recipe whose ``default_agent_loop`` selects this loop)."""
+        node = _get(config, "longcat.settings.environment", {}).get(AGENT_NAME) or {}
+        problem = _grpo_problem(config, bool(node.get("train_parallel", HeavyThinkingSettings.train_parallel)))
+        return [problem] if problem else []
 
     async def run(self, sampling_params: dict[str, Any], **kwargs: Any) -> Any:
         messages = [dict(m) for m in plain(list(kwargs["raw_prompt"]))]
