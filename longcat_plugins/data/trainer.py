@@ -217,6 +217,11 @@ class DataReplayBuffer(ReplayBuffer):
             self._clear_groups(partition_id, gone)
             for uid in gone:
                 refs.pop(uid, None)
+        # A6 judges only fresh groups trained now: a buffered or dropped group's problem text is never read
+        trained = {g.uid for g in choice.train}
+        problems = self.trainer.problems
+        for uid in [u for u in problems if u not in trained]:
+            del problems[uid]
         self.trainer.trace_trained(choice.train, len(stray))
         # verification prompts (A6) train in the same batch as the main groups they judge
         judged = sorted(sampleable_keys & verify)
