@@ -27,7 +27,7 @@ from longcat_plugins.environments.code_env._agent_loop import CodeAgentSettings,
 from longcat_plugins.environments.code_env.episode import CodeEnvSettings
 from longcat_plugins.environments.code_env.golden import golden_calls, sft_rows
 from longcat_plugins.environments.code_env.tasks import load_task, write_tasks
-from longcat_plugins.environments.golden import GoldenChainError, write_sft_parquet
+from longcat_plugins.environments.golden import GoldenChainError, hermes_call, write_sft_parquet
 from longcat_plugins.rewards.plain import plain
 from longcat_plugins.runtime.code_warmstart import (
     HELD_OUT_METRIC,
@@ -35,6 +35,8 @@ from longcat_plugins.runtime.code_warmstart import (
     CodeWarmStart,
     CodeWarmStartPlan,
     build_code_tokenizer,
+    call_pieces,
+    code_lines,
     ensure_code_warm_start,
     held_out,
     warm_overrides,
@@ -84,7 +86,6 @@ def test_calls_parse_back_and_tool_messages_are_the_workspaces_results(
         assert len(assistant) == len(chain) == (4 if k == 2 else 3)
         for text, (name, args) in zip(assistant, chain, strict=True):
             ids = tok.encode(text, add_special_tokens=False) + [tok.eos_token_id]
-            assert len(ids) < 64  # recurring source lines and call skeletons are single tokens
             _, calls = asyncio.run(parser.extract_tool_calls(ids))
             assert [(c.name, json.loads(c.arguments)) for c in calls] == [(name, args)]
         tools = {m["name"]: m["content"] for m in row["messages"] if m["role"] == "tool"}
@@ -98,7 +99,8 @@ def test_calls_parse_back_and_tool_messages_are_the_workspaces_results(
 def test_loop_replaying_the_rows_builds_the_sft_token_stream(
     golden: tuple[Path, list[dict[str, Any]], Any], work_root: str
 ) -> None:
-    """prompt + response of the real code loop == verl's SFT tokenisation; SFT loss mask == the loop's model tokens."""
+    """prompt + response of the real code loop == verl's SFT tokenisation (plus the next turn's cue the
+    loop appends after submit's result); SFT loss mask == the loop's model tokens."""
     root, rows, tok = golden
     ds = MultiTurnSFTDataset(
         str(root / "sft.parquet"),
@@ -133,15 +135,39 @@ def test_loop_replaying_the_rows_builds_the_sft_token_stream(
             out = asyncio.run(go())
             assert out.reward_score == 1.0 and out.extra_fields["longcat_segment"]["ending"] == "done"
             item = ds[i]
-            assert list(out.prompt_ids) + list(out.response_ids) == item["input_ids"].tolist(), f"row {i}"
+            # after submit's result the loop has already appended the next turn's generation prompt
+            # (the turn never comes): the only tokens past the SFT sequence, none of them the model's
+            cue = len(tok.apply_chat_template(row["messages"], add_generation_prompt=True, return_dict=False))
+            cue -= len(tok.apply_chat_template(row["messages"], return_dict=False))
+            assert cue == 1
+            stream, mask = list(out.prompt_ids) + list(out.response_ids), list(out.response_mask)
+            assert stream[:-cue] == item["input_ids"].tolist(), f"row {i}: token streams differ"
+            assert stream[-cue:] == tok.encode("<|assistant|>", add_special_tokens=False) and mask[-cue:] == [0] * cue
             n = len(out.prompt_ids)
             loss_mask = item["loss_mask"].tolist()
-            assert loss_mask[:n] == [0] * n and loss_mask[n:] == list(out.response_mask)
-            assert len(item["input_ids"]) <= PLAN.sft_max_length  # verl would cut a longer trajectory
+            assert loss_mask[:n] == [0] * n and loss_mask[n:] == mask[:-cue]
     finally:
         pool = episode_mod._pools.pop(settings.env(), None)
         if pool is not None:
             pool.close()
+
+
+def test_recurring_source_lines_and_call_skeletons_become_tokens() -> None:
+    def edit(old: str, new: str) -> dict[str, Any]:
+        call = hermes_call("edit", {"path": "pkg/m.py", "old": old, "new": new})
+        return {"messages": [{"role": "assistant", "content": call}, {"role": "tool", "content": "Edited."}]}
+
+    rows = [edit('def f(x):\n    """Doc."""\n    return x\n', "def f(x):\n    return -x\n")] * 2
+    rows.append(edit("def g(y):\n    return y\n", "def g(y):\n    return 2 * y\n"))
+    lines = code_lines(rows)
+    assert {"def f(x):", '    """Doc."""', '    \\"\\"\\"Doc.\\"\\"\\"', "    return x", "    return -x"} <= set(lines)
+    assert "def g(y):" not in lines  # one task only: not recurring
+    pieces = call_pieces(rows)
+    assert pieces == sorted(
+        ["\\n", '<tool_call>{"name": "edit", "arguments": {"path": "', '", "old": "', '", "new": "', '"}}</tool_call>']
+    )
+    tok_text = rows[0]["messages"][0]["content"]
+    assert all(p in tok_text for p in pieces)
 
 
 def test_rows_and_tokenizer_are_deterministic(
