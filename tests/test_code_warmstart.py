@@ -181,6 +181,43 @@ def test_rows_and_tokenizer_are_deterministic(
     assert (tmp_path / "tok" / "tokenizer.json").read_bytes() == (root / "tok" / "tokenizer.json").read_bytes()
 
 
+class _ScriptedModel:
+    """``generate`` that answers each turn with the next scripted text (the probe's harness, not a model)."""
+
+    def __init__(self, tok: Any, turns: list[str]) -> None:
+        self.tok, self.turns = tok, list(turns)
+
+    def generate(self, prompt: Any, **kwargs: Any) -> Any:
+        import torch
+
+        text = self.turns.pop(0) if self.turns else "done"
+        new = self.tok.encode(text, add_special_tokens=False) + [self.tok.eos_token_id]
+        return torch.cat([prompt, torch.tensor([new])], dim=1)
+
+
+def test_the_probe_scores_a_golden_and_an_idle_episode(
+    golden: tuple[Path, list[dict[str, Any]], Any], work_root: str
+) -> None:
+    """The held-out probe plays the loop's turns against a real episode: the golden turns solve the
+    task (every flag set, score 1); a model that only answers scores what the untouched repository earns."""
+    from longcat_plugins.environments.code_env.pool import WorkspacePool
+    from longcat_plugins.rewards.sandbox import Sandbox
+    from longcat_plugins.runtime.code_probe import play
+
+    _, rows, tok = golden
+    settings = CodeEnvSettings(work_root=work_root)
+    row = rows[0]
+    info = {"task_dir": row["task_dir"], "task_id": row["task_id"]}
+    turns = [m["content"] for m in row["messages"] if m["role"] == "assistant"]
+    with WorkspacePool(Sandbox(settings.isolation, settings.shell_limits(), work_root=work_root), 1) as pool:
+        solved = play(_ScriptedModel(tok, turns), tok, info, pool)
+        idle = play(_ScriptedModel(tok, ["I cannot fix it."]), tok, info, pool)
+    assert (solved.well_formed, solved.read_target, solved.edit_applied, solved.submitted) == (True,) * 4
+    assert solved.solved and solved.score == 1.0
+    assert not (idle.well_formed or idle.edit_applied or idle.submitted or idle.solved)
+    assert 0.0 <= idle.score < 1.0
+
+
 def test_a_golden_fix_that_misses_a_hidden_test_is_rejected(tmp_path: Path, work_root: str) -> None:
     info = _infos(tmp_path / "tasks", 1, seed=9)[0]
     task_json = Path(info["task_dir"]) / "task.json"

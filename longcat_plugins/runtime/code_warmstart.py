@@ -191,6 +191,18 @@ def prepare_data(tmp: Path, root: Path, plan: CodeWarmStartPlan) -> list[dict[st
     return rows
 
 
+def code_warm_start_paths(cache_dir: Path | None, plan: CodeWarmStartPlan) -> CodeWarmStart:
+    """Where the warm start for ``plan`` lives (built or not)."""
+    if plan.size not in SIZES:
+        raise ValueError(f"unknown model size {plan.size!r}; choices: {', '.join(SIZES)}")
+    cache = (cache_dir or default_cache_dir()).resolve()
+    data = cache / f"codewarm-data-{plan.size}-seed{plan.seed}-{plan.data_key()}"
+    root = cache / f"codewarm-{plan.size}-seed{plan.seed}-{plan.key()}"
+    return CodeWarmStart(
+        root, root / "model", data / "base", data / "sft.parquet", data / "train.parquet", data / "val.parquet"
+    )
+
+
 def ensure_code_warm_start(cache_dir: Path | None = None, plan: CodeWarmStartPlan | None = None) -> CodeWarmStart:
     """Build (once) and return the code-agent warm start for ``plan`` (see the module doc).
 
@@ -199,14 +211,8 @@ def ensure_code_warm_start(cache_dir: Path | None = None, plan: CodeWarmStartPla
     (keyed by the whole plan), so a new SFT setting reuses the data.
     """
     plan = plan or CodeWarmStartPlan()
-    if plan.size not in SIZES:
-        raise ValueError(f"unknown model size {plan.size!r}; choices: {', '.join(SIZES)}")
-    cache = (cache_dir or default_cache_dir()).resolve()
-    data = cache / f"codewarm-data-{plan.size}-seed{plan.seed}-{plan.data_key()}"
-    root = cache / f"codewarm-{plan.size}-seed{plan.seed}-{plan.key()}"
-    built = CodeWarmStart(
-        root, root / "model", data / "base", data / "sft.parquet", data / "train.parquet", data / "val.parquet"
-    )
+    built = code_warm_start_paths(cache_dir, plan)
+    root, data = built.root, built.base.parent
     if built.exists():
         return built
     if not (data / "base" / "config.json").exists():

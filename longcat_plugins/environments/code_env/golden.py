@@ -70,7 +70,6 @@ def sft_rows(
 ) -> list[dict[str, Any]]:
     """One SFT row per task (``extra_info`` of :func:`~.tasks.task_rows`), in order; every
     ``search_every``-th trajectory (0: none) starts with a ``search`` for the function."""
-    from longcat_plugins.environments.code_env.pool import WorkspacePool
     from longcat_plugins.rewards.sandbox import Sandbox
 
     sandbox = Sandbox(
