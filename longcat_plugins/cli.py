@@ -266,7 +266,7 @@ def assets(size: str, seed: int, cache_dir: str | None) -> None:
 @click.option(
     "--init",
     type=click.Choice(["warm", "random"]),
-    help="warm: start from an SFT warm start (arithmetic's default; tool_agent: experimental, see docs/environments.md); random: a random-init model",
+    help="warm: start from an SFT warm start (arithmetic's and code_agent's default; tool_agent: experimental, see docs/environments.md); random: a random-init model",
 )
 @click.option("--out", type=click.Path(file_okay=False), help="run directory (default: ./outputs/demo-<time>)")
 @click.option("--cache-dir", type=click.Path(file_okay=False), help="where the tiny assets are built")
@@ -293,8 +293,8 @@ def demo(
             "[red]--recipe dora runs the v1 trainer (trainer.v1.trainer_mode=dora); drop --trainer legacy[/]"
         )
         sys.exit(2)
-    init = init or ("warm" if recipe == "arithmetic" else "random")
-    if init == "warm" and recipe not in ("arithmetic", "tool_agent"):
+    init = init or ("warm" if recipe in ("arithmetic", "code_agent") else "random")
+    if init == "warm" and recipe not in ("arithmetic", "tool_agent", "code_agent"):
         err_console.print(f"[red]--init warm: recipe {recipe!r} has no warm start yet; use --init random[/]")
         sys.exit(2)
     steps = steps if steps is not None else (WARM_DEMO_STEPS if init == "warm" else 5)
@@ -317,6 +317,15 @@ def demo(
         success = held_out_success(result.steps)
         if success is not None:  # one fixed form, so scripts can read it
             console.print(f"held-out success: {100 * success[0]:.1f}% -> {100 * success[1]:.1f}%")
+    if recipe == "code_agent" and init == "warm":
+        from longcat_plugins.runtime.code_warmstart import HELD_OUT_SCORE, held_out
+
+        solved, score = held_out(result.steps), held_out(result.steps, HELD_OUT_SCORE)
+        if solved is not None and score is not None:
+            console.print(
+                f"held-out solved: {100 * solved[0]:.1f}% -> {100 * solved[1]:.1f}%; "
+                f"hidden tests passed: {100 * score[0]:.1f}% -> {100 * score[1]:.1f}%"
+            )
 
 
 @main.command(context_settings={"ignore_unknown_options": True})

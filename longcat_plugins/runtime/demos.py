@@ -8,7 +8,9 @@ locally built data it needs, so every family can be seen end to end on a laptop.
 - ``tool_agent``: GRPO through the ``longcat_tool_agent`` agent loop on generated ``retail``
   environments, with noise and context management (``tool_agent_cpu.yaml``).
 - ``code_agent``: GRPO through the ``longcat_code_agent`` agent loop on generated repository
-  tasks, shell and hidden tests in the code sandbox (``code_agent_cpu.yaml``; random init).
+  tasks, shell and hidden tests in the code sandbox (``code_agent_cpu.yaml``). By default on the
+  code-agent warm start (:mod:`.code_warmstart`: SFT on golden fixes, partly right on held-out
+  tasks) with greedy held-out validation; ``--init random`` trains the random model instead.
 - ``dora``: the ``dora`` v1 trainer with two ``hf`` replicas holding different policy versions
   on a long-tailed workload (``dora_cpu.yaml``).
 
@@ -78,7 +80,7 @@ def prepare_demo(recipe: str, built: Assets, steps: int, init: str = "random") -
         raise ValueError(f"unknown demo recipe {recipe!r}; choices: {', '.join(RECIPES)}")
     if init not in ("warm", "random"):
         raise ValueError(f"init must be 'warm' or 'random', got {init!r}")
-    if init == "warm" and recipe not in ("arithmetic", "tool_agent"):
+    if init == "warm" and recipe not in ("arithmetic", "tool_agent", "code_agent"):
         raise ValueError(f"--init warm: recipe {recipe!r} has no warm start yet; use --init random")
     overrides = [
         f"actor_rollout_ref.model.path={built.model}",
@@ -94,6 +96,13 @@ def prepare_demo(recipe: str, built: Assets, steps: int, init: str = "random") -
 
         size = json.loads((built.root / "assets.json").read_text()).get("size", "tiny")
         warm = warm_overrides(ensure_tool_warm_start(built.root.parent, WarmStartPlan(size=size)), steps)
+        overrides = [o for o in overrides if not o.startswith("actor_rollout_ref.model.path=")] + warm
+    elif recipe == "code_agent" and init == "warm":
+        from longcat_plugins.runtime import code_warmstart
+
+        size = json.loads((built.root / "assets.json").read_text()).get("size", "tiny")
+        plan = code_warmstart.CodeWarmStartPlan(size=size)
+        warm = code_warmstart.warm_overrides(code_warmstart.ensure_code_warm_start(built.root.parent, plan), steps)
         overrides = [o for o in overrides if not o.startswith("actor_rollout_ref.model.path=")] + warm
     elif recipe == "tool_agent":
         train, val = _tool_agent_data(built.root / "demo-envs-retail")

@@ -7,4 +7,5 @@ project's code sandbox, and a pool that provisions and recycles workspaces off t
 - :mod:`.pool` — workspaces provisioned ahead of demand and reset to the pristine copy.
 - :mod:`.episode` — one episode: the tools, the shell in the sandbox, the hidden-test reward.
 - :mod:`._agent_loop` — ``longcat_code_agent``, the tool-agent loop over a code episode.
+- :mod:`.golden` — golden trajectories in the loop's format (the code-agent warm start's SFT data).
 """
