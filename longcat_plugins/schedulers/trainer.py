@@ -12,6 +12,12 @@ is DORA's core rule; this trainer changes exactly that:
   new one beside it (multi-version instances), and the agent loops' client restarts (never
   resumes) any request that is aborted, so every sample is generated start to finish by one
   version, recorded per trajectory.
+* **Single-version engines.** vLLM/SGLang replicas hold one version and swap it in place;
+  with ``single_version_replicas`` versions live per replica instead
+  (:class:`ReplicaVersionCheckpointEngineManager`, decisions in
+  :mod:`~longcat_plugins.schedulers.core.replicas`): a weight sync loads only idle replicas and
+  those whose requests left the window, busy ones keep their version until they drain, and new
+  requests go to the newest version, so work inside the window is never recomputed.
 * **The bound is on that version.** The default sampler is
   :class:`~longcat_plugins.schedulers.sampler.DoraReplayBuffer`: a finished group more than
   ``staleness`` versions older than the weights being trained is dropped and its prompt
