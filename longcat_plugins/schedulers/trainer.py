@@ -289,12 +289,14 @@ class ReplicaVersionCheckpointEngineManager(CheckpointEngineManager):
                 self._thread = threading.Thread(target=self._catch_up_loop, name="dora-replica-loads", daemon=True)
                 self._thread.start()
             return metrics
-        plan = await self.load_balancer.publish.remote(version)
-        aborted = [self.by_address[name] for name in plan["aborted"]]
-        await asyncio.gather(*[r.abort_all_requests() for r in aborted])
-        load = [self.by_address[name] for name in plan["load"]]
         metrics: dict = {}
+        # held from the publish to the end of the load: a catch-up load never sees the roller's
+        # newest version before the weights of that version were sent
         with self._lock:
+            plan = await self.load_balancer.publish.remote(version)
+            aborted = [self.by_address[name] for name in plan["aborted"]]
+            await asyncio.gather(*[r.abort_all_requests() for r in aborted])
+            load = [self.by_address[name] for name in plan["load"]]
             if load or self.catch_up:
                 metrics = await self._load(load, version, send=True)
                 self.latest = version
@@ -316,7 +318,7 @@ class ReplicaVersionCheckpointEngineManager(CheckpointEngineManager):
                     assert version is not None
                     asyncio.run(self._load([self.by_address[n] for n in names], version, send=False))
                     self.counters["catch_up_loads"] += len(names)
-                ray.get(self.load_balancer.loaded.remote(names, version))
+                    ray.get(self.load_balancer.loaded.remote(names, version))
             except Exception:  # noqa: BLE001 - Ray shut down with the run, or a load failed
                 if not ray.is_initialized():
                     return

@@ -136,10 +136,14 @@ class ReplicaRoller:
         return self._decide()
 
     def loaded(self, replica: str, version: int) -> Actions:
-        """``replica`` finished loading ``version``."""
+        """``replica`` finished loading ``version``: the version it was told to load or a newer
+        published one (a load executed after the next publish takes the newest weights)."""
         state = self.replicas[replica]
-        if state.loading != version:
-            raise ValueError(f"replica {replica!r} was loading {state.loading}, not {version}")
+        if state.loading is None or not state.loading <= version <= self.latest:
+            raise ValueError(
+                f"replica {replica!r} was loading {state.loading}; it cannot have loaded {version} "
+                f"(latest published: {self.latest})"
+            )
         if state.inflight:
             raise AssertionError(f"replica {replica!r} loaded with requests in flight: {sorted(state.inflight)}")
         state.version, state.loading, state.draining = version, None, False
