@@ -14,6 +14,7 @@ import random
 
 import pytest
 
+from longcat_plugins.runtime.assets import Assets
 from longcat_plugins.schedulers.core.queue import is_fresh
 from longcat_plugins.schedulers.core.replicas import Actions, ReplicaRoller
 
@@ -259,5 +260,52 @@ def test_the_dora_balancer_routes_by_the_rollers_decisions() -> None:
         assert busy in plan["aborted"] and plan["aborted"][busy] == ["r4"], plan
         await lb.release_server(busy, "r4")
         assert lb.get_lb_metrics()["dora/replica/aborted_requests"] == 1.0
+
+    asyncio.run(scenario())
+
+
+def test_a_request_leaving_the_window_is_aborted_on_a_real_server_and_restarted_on_one_version(
+    tiny_assets: Assets,
+) -> None:
+    """The balancer's roller and two single-version ``hf`` servers (in process, no Ray): a long
+    request on a replica whose version leaves the window is aborted mid-decode, the replica loads,
+    and the restarted request runs start to finish on the newest version."""
+    from longcat_plugins.runtime.hf_rollout import HFServer
+    from longcat_plugins.schedulers.core.config import DoraConfig
+    from longcat_plugins.schedulers.load_balancer import DoraLoadBalancer
+
+    config = {"prompt_length": 32, "response_length": 300, "seed": 0}
+    servers = {name: HFServer(config, {"local_path": str(tiny_assets.model)}) for name in ("a", "b")}
+    for server in servers.values():
+        server.eos_ids = set()  # full-length decodes: the long request is still running when aborted
+    weights = {k: v.clone() for k, v in servers["a"].model.state_dict().items()}
+    prompt = [1, 2, 3, 4]
+
+    async def scenario() -> None:
+        lb = DoraLoadBalancer(servers, config=DoraConfig())
+        for server in servers.values():
+            await server.set_single_version(True)
+        await lb.enable_single_version(staleness=1, version=0)
+        first, server = await lb.acquire_server("long")
+        other = "b" if first == "a" else "a"
+        running = asyncio.create_task(server.generate(prompt, {"temperature": 1.0}, request_id="long"))
+        while not server._running:
+            await asyncio.sleep(0.001)
+        assert (await lb.publish(1))["load"] == [other]
+        await servers[other].update_weights(weights, global_steps=1)
+        await lb.loaded([other], 1)
+        plan = await lb.publish(2)  # version 0 is now outside the window of 1
+        assert plan["aborted"] == {first: ["long"]} and first in plan["load"], plan
+        await server.abort_all_requests()
+        assert (await asyncio.wait_for(running, 5.0)).stop_reason == "aborted"
+        await lb.release_server(first, "long")
+        for name in plan["load"]:
+            await servers[name].update_weights(weights, global_steps=2)
+        await lb.loaded(plan["load"], 2)
+        again, handle = await lb.acquire_server("long")
+        out = await handle.generate(prompt, {"temperature": 1.0}, request_id="long")
+        assert out.stop_reason == "completed" and out.extra_fields["global_steps"] == 2
+        assert all(s.get_stats()["max_versions_held"] == 1 for s in servers.values())
+        assert servers[first].stats["aborted"] == 1 and lb.get_lb_metrics()["dora/replica/aborted_requests"] == 1.0
 
     asyncio.run(scenario())
