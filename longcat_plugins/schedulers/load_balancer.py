@@ -171,12 +171,7 @@ class DoraLoadBalancer(GlobalRequestLoadBalancer):
         """A weight sync of ``version``: what the checkpoint manager must do now (abort these
         requests, load these replicas, including any whose load was queued since the last sync)."""
         assert self.roller is not None, "enable_single_version first"
-        actions = self.roller.publish(version)
-        for replica, ids in actions.aborted.items():
-            held = self._requests.get(replica, [])
-            for rid in ids:  # restarted by the client elsewhere; the late release is ignored
-                if rid in held:
-                    held.remove(rid)
+        actions = self.roller.publish(version)  # aborted requests still count here until their release
         load = sorted(set(actions.load) | self._pending_loads)
         self._pending_loads.clear()
         self._wake()
