@@ -90,3 +90,38 @@ def test_update_weights_changes_generation(server: HFServer, tiny: Assets) -> No
 def test_missing_model_path_is_a_clear_error(tmp_path: Path) -> None:
     with pytest.raises(FileNotFoundError, match="actor_rollout_ref.model.path"):
         HFServer({}, {"local_path": str(tmp_path / "absent")})
+
+
+def test_single_version_mode_holds_one_version_and_abort_stops_the_running_batch(tiny: Assets) -> None:
+    """Single-version mode (the engine model of vLLM/SGLang): a load waits for the running batch
+    and replaces the one version in place; an abort also ends the running batch at once."""
+    server = HFServer({"prompt_length": 32, "response_length": 400, "seed": 0}, {"local_path": str(tiny.model)})
+    server.eos_ids = set()  # every request decodes its full length: a batch runs long enough to interrupt
+    batch = prompts(tiny, 2)
+    state = {k: v.clone() for k, v in server.model.state_dict().items()}
+
+    async def until_running() -> None:
+        while not server._running:
+            await asyncio.sleep(0.001)
+
+    async def load_during_a_batch() -> tuple[list, str]:
+        await server.set_single_version(True)
+        running = asyncio.create_task(generate_all(server, batch, {"temperature": 1.0}))
+        await until_running()
+        digest = await server.update_weights(state, global_steps=1)
+        return await running, digest
+
+    outs, _ = asyncio.run(load_during_a_batch())
+    # the batch finished on the version it started with, before the load replaced it
+    assert [o.extra_fields["weights_version"] for o in outs] == [0, 0]
+    assert all(len(o.token_ids) == 400 for o in outs)
+    assert sorted(server.versions) == [1] and server.get_stats()["max_versions_held"] == 1
+
+    async def abort_during_a_batch() -> list:
+        running = asyncio.create_task(generate_all(server, batch, {"temperature": 1.0}))
+        await until_running()
+        await server.abort_all_requests()
+        return await asyncio.wait_for(running, 5.0)
+
+    outs = asyncio.run(abort_during_a_batch())
+    assert [o.stop_reason for o in outs] == ["aborted", "aborted"] and server.stats["aborted"] == 2

@@ -1,5 +1,6 @@
 """Bad DORA input stops a run with exit 2 naming the key, before Ray starts: a staleness bound
-below 0 and a per-domain quota naming a domain the data does not have."""
+below 0, a per-domain quota naming a domain the data does not have, and replica-granular
+versioning with fewer than two replicas or no window."""
 
 from __future__ import annotations
 
@@ -71,3 +72,17 @@ def test_the_real_entry_point_stops_before_ray(tmp_path: Path, ray_tmp: Path) ->
     assert result.returncode == 2, log[-3000:]
     assert f"{KEY}" in log and "staleness" in log
     assert not any(ray_tmp.iterdir()), list(ray_tmp.iterdir())
+
+
+def test_single_version_replicas_with_too_few_replicas_or_no_window_exit_2_naming_the_key() -> None:
+    """Replica-granular versioning needs a second replica to serve while one loads, and the
+    version it serves (one behind) inside the window."""
+    flag = f"{KEY}.single_version_replicas=true"
+    bad = run_cli("validate", RECIPE, flag, "actor_rollout_ref.rollout.n_gpus_per_node=1")
+    out = bad.stdout + bad.stderr
+    assert bad.returncode == 2, out
+    assert f"{KEY}.single_version_replicas: needs at least 2 standalone replicas" in out and "got 1" in out, out
+    bad = run_cli("validate", RECIPE, flag, f"{KEY}.staleness=0")
+    out = bad.stdout + bad.stderr
+    assert bad.returncode == 2, out
+    assert KEY in out and "staleness must be >= 1 with single_version_replicas (got 0)" in out, out

@@ -6,6 +6,12 @@ worker holds a *server adapter* (``_ROLLOUT_REGISTRY[(name, "async")]``) that pu
 weights to that server after every step. ``HFServer`` is that server: requests arriving
 together are decoded as one left-padded batch with a KV cache, each with its own sampling
 parameters, so multi-turn agent loops and async trainers are not serialised on it.
+
+By default a server holds several weights versions (a batch keeps the version it started with
+while the next one loads beside it). :meth:`HFServer.set_single_version` makes it hold exactly
+one, as vLLM and SGLang do: a load waits for the running batch and replaces the weights in
+place, and an abort also stops the running batch. DORA's replica-granular versioning uses this
+to run the single-version engines' path on the CPU.
 """
 
 from __future__ import annotations
@@ -96,7 +102,12 @@ class HFServer:
         self._wake: asyncio.Event | None = None
         self._lock: asyncio.Lock | None = None
         self._loop_task: asyncio.Task | None = None
-        self.stats = {"requests": 0, "batches": 0, "generated_tokens": 0, "max_batch": 0}
+        self.stats = {"requests": 0, "batches": 0, "generated_tokens": 0, "max_batch": 0, "aborted": 0}
+        self.single_version = False
+        self.max_versions_held = 1
+        #: the batch being decoded, and whether an abort asked it to stop
+        self._running: list[_Request] = []
+        self._cancel = False
 
     # -- generation ------------------------------------------------------------------------
 
@@ -148,6 +159,7 @@ class HFServer:
                 async with self._lock:
                     version = self.weights_version  # pinned: the whole batch runs on this version
                     self.in_use[version] = self.in_use.get(version, 0) + 1
+                    self._running, self._cancel = batch, False
                     self.busy_since = time.time()
                     try:
                         outputs = await asyncio.to_thread(self._generate_batch, batch, version)
@@ -157,6 +169,7 @@ class HFServer:
                                 req.future.set_exception(exc)
                         continue
                     finally:
+                        self._running = []
                         self.in_use[version] -= 1
                         elapsed = time.time() - self.busy_since
                         self.busy_s += elapsed
@@ -213,7 +226,7 @@ class HFServer:
                 logprobs[i].append(float(chosen_lp[i]))
                 if token in self.eos_ids or len(tokens[i]) >= limits[i]:
                     done[i] = True
-            if all(done):
+            if all(done) or self._cancel:
                 break
             step_ids = torch.where(torch.tensor(done), torch.full_like(sampled, self.pad_id), sampled)
             attention = torch.cat([attention, torch.ones((size, 1), dtype=torch.long)], dim=-1)
@@ -265,11 +278,20 @@ class HFServer:
         """Load a (full) state dict from the trainer as a new weights version; returns its digest.
 
         Never waits for a running batch: if the newest version is in use, the new one is loaded
-        into a copy and the running batch finishes on the version it started with."""
+        into a copy and the running batch finishes on the version it started with. In
+        single-version mode it does wait, and replaces the one version in place."""
         self._ensure_loop()
         unexpected = set(named_tensors) - set(self.model.state_dict())
         if unexpected:
             raise KeyError(f"hf rollout: weights not in the model: {sorted(unexpected)[:5]}")
+        if self.single_version:
+            assert self._lock is not None
+            async with self._lock:  # the running batch (if any) ends first
+                self._abort_queued()  # a drained replica has none; anything left restarts elsewhere
+                return self._load(named_tensors, global_steps)
+        return self._load(named_tensors, global_steps)
+
+    def _load(self, named_tensors: dict[str, torch.Tensor], global_steps: int | None) -> str:
         # no await from here to the swap: the batch loop cannot pin the model in between
         current = self.weights_version
         model = copy.deepcopy(self.model) if self.in_use.get(current, 0) > 0 else self.model
@@ -281,6 +303,7 @@ class HFServer:
         self.versions[self.weights_version] = (model, self.global_steps)
         self.model = model
         self._evict_versions()
+        self.max_versions_held = max(self.max_versions_held, len(self.versions))
         digest = self.weights_digest()
         self._trace(
             {
@@ -309,6 +332,11 @@ class HFServer:
         level that is: every version that is neither the newest nor in use."""
         from longcat_plugins.schedulers.core.versions import EVICTION_POLICIES, EvictionContext
 
+        if self.single_version:
+            for version in [v for v in self.versions if v != self.weights_version]:
+                del self.versions[version]
+                self.in_use.pop(version, None)
+            return
         live = tuple(sorted(self.versions))
         ctx = EvictionContext(live, self.weights_version, staleness=len(live), active=dict(self.in_use))
         for version in EVICTION_POLICIES["idle_or_stale"](ctx):
@@ -330,6 +358,8 @@ class HFServer:
             "weights_version": self.weights_version,
             "global_steps": self.global_steps,
             "versions_held": sorted(self.versions),
+            "max_versions_held": self.max_versions_held,
+            "single_version": self.single_version,
             "busy_s": busy,
             "request_s": self.request_s,
             "uptime_s": time.time() - self.started_at,
@@ -339,12 +369,32 @@ class HFServer:
     async def set_global_steps(self, global_steps: int) -> None:
         self.global_steps = global_steps
 
-    async def abort_all_requests(self, reject_request: bool = False) -> dict[str, Any]:
+    async def set_single_version(self, enabled: bool = True) -> None:
+        """Hold exactly one weights version (the engine model of vLLM/SGLang); see the module doc."""
+        self.single_version = bool(enabled)
+        if self.single_version:
+            self._evict_versions()
+
+    def _abort_queued(self) -> int:
         aborted, self._queue = self._queue, []
         for req in aborted:
             if not req.future.done():
                 req.future.set_result(TokenOutput(token_ids=[], log_probs=[], stop_reason="aborted"))
-        return {"aborted": len(aborted)}
+        self.stats["aborted"] += len(aborted)
+        return len(aborted)
+
+    async def abort_all_requests(self, reject_request: bool = False) -> dict[str, Any]:
+        """Abort the queued requests; in single-version mode also the running batch, which stops
+        at its next decode step (its callers get ``aborted`` at once)."""
+        count = self._abort_queued()
+        if self.single_version:
+            self._cancel = True
+            for req in self._running:
+                if not req.future.done():
+                    req.future.set_result(TokenOutput(token_ids=[], log_probs=[], stop_reason="aborted"))
+                    count += 1
+                    self.stats["aborted"] += 1
+        return {"aborted": count}
 
     async def resume_generation(self) -> None:
         return None

@@ -19,6 +19,13 @@ does the balancing, by holding new requests back until the long tail has drained
 :meth:`end_step` (called by the trainer after each weight update) returns the step's
 ``dora/lb/*`` metrics and starts the next step's phase.
 
+With replica-granular versioning (``single_version_replicas``; :meth:`enable_single_version`)
+the balancer also keeps the :class:`~longcat_plugins.schedulers.core.replicas.ReplicaRoller`:
+new requests go only to the replicas it names as accepting (the newest version inside the
+staleness window), every start and finish is reported to it, and the loads it decides between
+weight syncs (a replica that just drained) are queued for the trainer's checkpoint manager
+(:meth:`take_loads`); :meth:`publish` and :meth:`loaded` are the manager's side.
+
 Ray runs this class as an async actor: waiting acquires each hold one of the actor's
 concurrent calls, so :func:`create_dora_load_balancer` raises ``max_concurrency`` above any
 number of requests a rollout can have in flight (verl's own ``get_router_handle`` would keep
@@ -39,6 +46,7 @@ from verl.workers.rollout.router import DEFAULT_ROUTING_CACHE_SIZE, GlobalReques
 from longcat_plugins.schedulers.core.balancer import BALANCERS, BalanceContext, TwoPhaseCap
 from longcat_plugins.schedulers.core.config import DoraConfig
 from longcat_plugins.schedulers.core.metrics import LoadMeter
+from longcat_plugins.schedulers.core.replicas import Actions, ReplicaRoller
 
 #: concurrent calls the actor accepts: waiting acquires plus everything else
 MAX_CONCURRENCY = 100_000
@@ -77,6 +85,9 @@ class DoraLoadBalancer(GlobalRequestLoadBalancer):
         for sid in servers:
             self._meter.set(sid, 0)
         self._meter.advance(clock())
+        self.roller: ReplicaRoller | None = None
+        self._pending_loads: set[str] = set()
+        self._loads_ready = asyncio.Event()
         self._reset_step()
 
     @classmethod
@@ -106,6 +117,8 @@ class DoraLoadBalancer(GlobalRequestLoadBalancer):
         self._request_id_to_server[request_id] = server_id
         self._inflight_requests[server_id] += 1
         self._requests[server_id].append(request_id)
+        if self.roller is not None and server_id in self.roller.replicas:
+            self.roller.start(server_id, request_id)
         self._on_load_change(server_id)
         return server_id, self._servers[server_id]
 
@@ -115,13 +128,24 @@ class DoraLoadBalancer(GlobalRequestLoadBalancer):
         if sticky is not None and sticky not in self._inflight_requests:
             del self._request_id_to_server[request_id]
             sticky = None
+        allowed = self._allowed()
+        if sticky is not None and sticky not in allowed:
+            sticky = None
         if sticky is not None and self._inflight_requests[sticky] < cap:
             return sticky
-        room = {sid: n for sid, n in self._inflight_requests.items() if n < cap}
+        room = {sid: n for sid, n in self._inflight_requests.items() if n < cap and sid in allowed}
         if not room:
             return None
         least = min(room.values())
         return random.choice([sid for sid, n in room.items() if n == least])
+
+    def _allowed(self) -> set[str]:
+        """Replicas a new request may go to: all, or under replica-granular versioning the
+        roller's accepting ones (plus any replica it does not manage, e.g. a lent elastic one)."""
+        if self.roller is None:
+            return set(self._inflight_requests)
+        unmanaged = set(self._inflight_requests) - set(self.roller.replicas)
+        return unmanaged | set(self.roller.accepting())
 
     async def release_server(self, server_id: str, request_id: str | None = None) -> None:  # type: ignore[override]
         if server_id not in self._inflight_requests:
@@ -132,7 +156,52 @@ class DoraLoadBalancer(GlobalRequestLoadBalancer):
             held.remove(request_id)
         elif held:
             held.pop(0)
+        if self.roller is not None and request_id is not None:
+            self._queue_loads(self.roller.finish(server_id, request_id))
         self._on_load_change(server_id)
+
+    # -- replica-granular versioning --------------------------------------------------------------
+
+    async def enable_single_version(self, staleness: int, version: int) -> None:
+        """Start replica-granular versioning: every current replica holds ``version``."""
+        self.roller = ReplicaRoller(sorted(self._inflight_requests), staleness=staleness, version=version)
+        self._wake()
+
+    async def publish(self, version: int) -> dict[str, Any]:
+        """A weight sync of ``version``: what the checkpoint manager must do now (abort these
+        requests, load these replicas, including any whose load was queued since the last sync)."""
+        assert self.roller is not None, "enable_single_version first"
+        actions = self.roller.publish(version)  # aborted requests still count here until their release
+        load = sorted(set(actions.load) | self._pending_loads)
+        self._pending_loads.clear()
+        self._wake()
+        return {"version": version, "load": load, "aborted": {k: list(v) for k, v in actions.aborted.items()}}
+
+    def _queue_loads(self, actions: Actions) -> None:
+        if actions.load:
+            self._pending_loads.update(actions.load)
+            self._loads_ready.set()
+        self._wake()
+
+    async def take_loads(self, timeout_s: float = 1.0) -> list[str]:
+        """Replicas the roller decided to load since the last call (waits up to ``timeout_s``)."""
+        if not self._pending_loads:
+            try:
+                await asyncio.wait_for(self._loads_ready.wait(), timeout_s)
+            except TimeoutError:
+                return []
+        self._loads_ready.clear()
+        out = sorted(self._pending_loads)
+        self._pending_loads.clear()
+        return out
+
+    async def loaded(self, replicas: list[str], version: int) -> None:
+        """``replicas`` now hold ``version``."""
+        assert self.roller is not None
+        for replica in replicas:
+            if replica in self.roller.replicas:
+                self._queue_loads(self.roller.loaded(replica, version))
+        self._wake()
 
     def require_release_fields(self) -> list[str]:
         """The request id, to keep the per-replica request lists the core's balancer reads."""
@@ -150,6 +219,9 @@ class DoraLoadBalancer(GlobalRequestLoadBalancer):
         for sid in server_ids:
             self._requests.pop(sid, None)
             self._meter.set(sid, None)
+            if self.roller is not None and sid in self.roller.replicas:
+                _, actions = self.roller.remove(sid)  # its requests fail and are restarted by the client
+                self._queue_loads(actions)
         self._wake()
 
     async def clear_sticky_cache(self) -> dict:  # type: ignore[override]
@@ -215,6 +287,8 @@ class DoraLoadBalancer(GlobalRequestLoadBalancer):
         }
         for sid, n in sorted(self._inflight_requests.items()):
             out[f"dora/lb/inflight/{sid}"] = float(n)
+        if self.roller is not None:
+            out.update(self.roller.metrics())
         return out
 
     async def end_step(self) -> dict[str, float]:

@@ -11,6 +11,8 @@ import math
 from dataclasses import dataclass, field
 from typing import Any
 
+from longcat_plugins.schedulers.core.replicas import MIN_STALENESS
+
 SETTINGS_PATH = "longcat.settings.scheduler.dora"
 #: ``load_balancer`` values: verl's router unchanged, or DORA's capped one
 LOAD_BALANCERS = ("dora", "verl")
@@ -45,6 +47,12 @@ class DoraSettings:
         filter_all_correct / filter_all_wrong / correct_threshold / wrong_threshold: which
             groups the filter drops, as in the core's ``DoraConfig`` (a group is all correct when
             every reward ``>= correct_threshold``, all wrong when every reward ``<= wrong_threshold``).
+        single_version_replicas: replica-granular versioning (``core/replicas.py``): every
+            standalone replica holds exactly one weights version, as vLLM and SGLang do, and
+            updates roll across replicas (a replica loads the newest weights once its in-flight
+            requests drained or left the window). Forces ``hf`` replicas to hold one version, so
+            the path runs on the CPU. Needs ``staleness >= 1``, at least two standalone replicas
+            and ``load_balancer: dora``.
     """
 
     staleness: int = 1
@@ -64,6 +72,7 @@ class DoraSettings:
     cap_before_rebalance: int = 8
     cap_after_rebalance: int = 4
     rebalance_threshold: float = 0.5
+    single_version_replicas: bool = False
 
     def __post_init__(self) -> None:
         if not isinstance(self.staleness, int) or self.staleness < 0:
@@ -86,6 +95,18 @@ class DoraSettings:
                 raise ValueError(f"{name} must be a finite number, got {getattr(self, name)!r}")
         if self.load_balancer not in LOAD_BALANCERS:
             raise ValueError(f"load_balancer must be one of {list(LOAD_BALANCERS)}, got {self.load_balancer!r}")
+        if not isinstance(self.single_version_replicas, bool):
+            raise ValueError(f"single_version_replicas must be true or false, got {self.single_version_replicas!r}")
+        if self.single_version_replicas and self.staleness < MIN_STALENESS:
+            raise ValueError(
+                f"staleness must be >= {MIN_STALENESS} with single_version_replicas (got {self.staleness}): "
+                "while one replica loads the newest weights another serves the previous version, "
+                "which must still be inside the window"
+            )
+        if self.single_version_replicas and self.load_balancer != "dora":
+            raise ValueError(
+                "load_balancer must be 'dora' with single_version_replicas (the dora balancer routes by replica version)"
+            )
         self.balancer_config()  # the cap and threshold, validated by the core with their key path
 
     def balancer_config(self) -> Any:

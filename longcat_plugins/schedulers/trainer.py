@@ -12,6 +12,12 @@ is DORA's core rule; this trainer changes exactly that:
   new one beside it (multi-version instances), and the agent loops' client restarts (never
   resumes) any request that is aborted, so every sample is generated start to finish by one
   version, recorded per trajectory.
+* **Single-version engines.** vLLM/SGLang replicas hold one version and swap it in place;
+  with ``single_version_replicas`` versions live per replica instead
+  (:class:`ReplicaVersionCheckpointEngineManager`, decisions in
+  :mod:`~longcat_plugins.schedulers.core.replicas`): a weight sync loads only idle replicas and
+  those whose requests left the window, busy ones keep their version until they drain, and new
+  requests go to the newest version, so work inside the window is never recomputed.
 * **The bound is on that version.** The default sampler is
   :class:`~longcat_plugins.schedulers.sampler.DoraReplayBuffer`: a finished group more than
   ``staleness`` versions older than the weights being trained is dropped and its prompt
@@ -33,9 +39,11 @@ with ``LONGCAT_DORA_TRACE`` or ``trace_path`` set, one JSON line per step.
 
 from __future__ import annotations
 
+import asyncio
 import json
 import logging
 import os
+import threading
 import time
 from pathlib import Path
 from typing import Any
@@ -43,6 +51,8 @@ from typing import Any
 import ray
 from omegaconf import DictConfig, OmegaConf
 from verl.checkpoint_engine import CheckpointEngineManager
+from verl.checkpoint_engine.base import CheckpointEngineWorker
+from verl.single_controller.ray import RayClassWithInitArgs, RayWorkerGroup
 from verl.trainer.ppo.v1 import trainer_separate_async
 from verl.trainer.ppo.v1.trainer_separate_async import PPOTrainerSeparateAsync
 from verl.utils.config import omega_conf_to_dataclass
@@ -50,6 +60,7 @@ from verl.utils.debug import marked_timer
 from verl.utils.ray_utils import auto_await
 
 from longcat_plugins.schedulers.client import DoraLLMServerClient
+from longcat_plugins.schedulers.core.replicas import MIN_REPLICAS
 from longcat_plugins.schedulers.elastic import ElasticColocationPolicy
 from longcat_plugins.schedulers.load_balancer import create_dora_load_balancer
 from longcat_plugins.schedulers.sampler import DoraReplayBuffer
@@ -93,6 +104,41 @@ def check_config(config: DictConfig) -> list[str]:
             f"actor_rollout_ref.actor.ppo_mini_batch_size ({mini})"
         )
     problems.extend(_domain_problems(config))
+    problems.extend(_single_version_problems(config))
+    return problems
+
+
+def standalone_replicas(config: DictConfig) -> int:
+    """Standalone replicas verl builds: the generator group's devices over one replica's world size."""
+    rollout = config.actor_rollout_ref.rollout
+    devices = int(rollout.get("nnodes", 0) or 0) * int(rollout.get("n_gpus_per_node", 0) or 0)
+    world = 1
+    for key in ("tensor_model_parallel_size", "data_parallel_size", "pipeline_model_parallel_size"):
+        world *= int(rollout.get(key, 1) or 1)
+    return devices // world
+
+
+def _single_version_problems(config: DictConfig) -> list[str]:
+    """Replica-granular versioning needs a second replica to serve while one loads (see
+    :mod:`~longcat_plugins.schedulers.core.replicas`), and does not manage the elastic group."""
+    dora = OmegaConf.select(config, SETTINGS_PATH, default=None) or {}
+    if not dora.get("single_version_replicas", False):
+        return []
+    problems = []
+    replicas = standalone_replicas(config)
+    if replicas < MIN_REPLICAS:
+        problems.append(
+            f"{SETTINGS_PATH}.single_version_replicas: needs at least {MIN_REPLICAS} standalone replicas "
+            f"(one loads the newest weights while another serves), got {replicas} "
+            "(actor_rollout_ref.rollout.nnodes x n_gpus_per_node / tensor x data x pipeline parallel size)"
+        )
+    switch = OmegaConf.select(config, "trainer.v1.separate_async.hybrid_rollout.enable_switch", default=False)
+    if switch:
+        problems.append(
+            f"{SETTINGS_PATH}.single_version_replicas: the elastic group "
+            "(trainer.v1.separate_async.hybrid_rollout.enable_switch=true) is not managed by replica-granular "
+            "versioning yet; set enable_switch=false"
+        )
     return problems
 
 
@@ -164,6 +210,122 @@ class MultiVersionCheckpointEngineManager(CheckpointEngineManager):
         return None
 
 
+#: weight transports from which a replica can load a published version later, without the
+#: trainer sending it again (the object-store board keeps recent versions); with the others a
+#: drained replica loads at the next weight sync
+CATCH_UP_BACKENDS = ("object_store",)
+_CHECKPOINT_WORKER = ray.remote(CheckpointEngineWorker)
+
+
+class ReplicaVersionCheckpointEngineManager(CheckpointEngineManager):
+    """verl's weight-sync manager for replica-granular versioning (one version per replica).
+
+    A weight sync never touches all replicas: the load balancer's
+    :class:`~longcat_plugins.schedulers.core.replicas.ReplicaRoller` says which replicas abort
+    (only those whose version left the staleness window) and which load now (drained or idle
+    ones, never the last one able to generate); the others keep serving their version. Loads
+    go through verl's checkpoint-engine workers of just those replicas. A replica that drains
+    between syncs loads at once from a transport that keeps versions (``object_store``; a
+    background thread takes the balancer's queued loads), else at the next sync."""
+
+    def __init__(
+        self,
+        config: Any,
+        actor_wg: Any,
+        replicas: list[Any],
+        load_balancer: Any,
+        staleness: int,
+    ) -> None:
+        super().__init__(config=config, actor_wg=actor_wg, replicas=replicas)
+        self.load_balancer = load_balancer
+        self.staleness = staleness
+        self.by_address = {replica.server_address: replica for replica in replicas}
+        self.catch_up = config.backend in CATCH_UP_BACKENDS
+        self.latest: int | None = None
+        self.counters = {"sync_loads": 0, "catch_up_loads": 0, "aborted_replicas": 0}
+        self._lock = threading.Lock()
+        self._thread: threading.Thread | None = None
+
+    @auto_await
+    async def abort_replicas(self, reject_request: bool = False) -> None:
+        return None  # never all at once: the roller names the replicas to abort
+
+    async def _load(self, replicas: list[Any], version: int, send: bool) -> dict:
+        """Load ``version`` into ``replicas``; ``send``: the training workers send it now."""
+        refs, sync_metrics = [], {}
+        rollout = None
+        if replicas:
+            workers = [worker for replica in replicas for worker in replica.workers]
+            rollout = RayWorkerGroup(worker_handles=workers, ray_cls_with_init=RayClassWithInitArgs(_CHECKPOINT_WORKER))
+            await asyncio.gather(*[r.release_kv_cache() for r in replicas])
+            if send:
+                self.build_process_group(rollout)
+        if send:
+            refs = self.actor_wg.update_weights(global_steps=version, mode=self.backend)
+        if rollout is not None:
+            refs = refs + rollout.update_weights(global_steps=version)
+        results = ray.get(refs)
+        if send:
+            for result in results[: self.actor_wg.world_size]:
+                if isinstance(result, dict):
+                    sync_metrics.update(result)
+            finalize = self.actor_wg.execute_checkpoint_engine(["finalize"] * self.actor_wg.world_size)
+            if rollout is not None:
+                finalize = finalize + rollout.execute_checkpoint_engine(["finalize"] * rollout.world_size)
+            ray.get(finalize)
+        if replicas:
+            await asyncio.gather(*[r.resume_kv_cache() for r in replicas])
+        return sync_metrics
+
+    @auto_await
+    async def update_weights(self, global_steps: int | None = None) -> dict:
+        version = int(global_steps or 0)
+        if self.latest is None:  # the initial sync: every replica loads the starting weights
+            with self._lock:
+                metrics = await self._load(self.replicas, version, send=True)
+                self.latest = version
+            await self.load_balancer.enable_single_version.remote(self.staleness, version)
+            if self.catch_up:
+                self._thread = threading.Thread(target=self._catch_up_loop, name="dora-replica-loads", daemon=True)
+                self._thread.start()
+            return metrics
+        metrics: dict = {}
+        # held from the publish to the end of the load: a catch-up load never sees the roller's
+        # newest version before the weights of that version were sent
+        with self._lock:
+            plan = await self.load_balancer.publish.remote(version)
+            aborted = [self.by_address[name] for name in plan["aborted"]]
+            await asyncio.gather(*[r.abort_all_requests() for r in aborted])
+            load = [self.by_address[name] for name in plan["load"]]
+            if load or self.catch_up:
+                metrics = await self._load(load, version, send=True)
+                self.latest = version
+        await asyncio.gather(*[r.resume_generation() for r in aborted])
+        await self.load_balancer.loaded.remote(plan["load"], version)
+        self.counters["sync_loads"] += len(load)
+        self.counters["aborted_replicas"] += len(aborted)
+        return {**metrics, **{f"dora/replica/{k}": float(v) for k, v in self.counters.items()}}
+
+    def _catch_up_loop(self) -> None:
+        """Load replicas that drained between weight syncs with the latest sent version."""
+        while True:
+            try:
+                names = ray.get(self.load_balancer.take_loads.remote(1.0))
+                if not names:
+                    continue
+                with self._lock:
+                    version = self.latest
+                    assert version is not None
+                    asyncio.run(self._load([self.by_address[n] for n in names], version, send=False))
+                    self.counters["catch_up_loads"] += len(names)
+                    ray.get(self.load_balancer.loaded.remote(names, version))
+            except Exception:  # noqa: BLE001 - Ray shut down with the run, or a load failed
+                if not ray.is_initialized():
+                    return
+                logger.exception("dora: loading drained replicas failed")
+                time.sleep(1.0)
+
+
 class DoraTrainer(PPOTrainerSeparateAsync):
     """Multi-version streaming trainer: one version per sample, version-bounded staleness."""
 
@@ -210,6 +372,22 @@ class DoraTrainer(PPOTrainerSeparateAsync):
             )
         if self.dora.load_balancer == "dora":
             self._install_load_balancer()
+        if self.dora.single_version_replicas:
+            self._install_single_version()
+
+    def _install_single_version(self) -> None:
+        """Replica-granular versioning: ``hf`` servers hold one version, and weight syncs go
+        through :class:`ReplicaVersionCheckpointEngineManager` driven by the balancer's roller."""
+        manager = self.standalone_server_manager
+        if self.config.actor_rollout_ref.rollout.name == "hf":
+            ray.get([handle.set_single_version.remote(True) for handle in manager.server_handles])
+        self.standalone_checkpoint_manager = ReplicaVersionCheckpointEngineManager(
+            config=omega_conf_to_dataclass(self.config.actor_rollout_ref.rollout.checkpoint_engine),
+            actor_wg=self.actor_rollout_wg,
+            replicas=manager.get_replicas(),
+            load_balancer=manager.global_load_balancer,
+            staleness=self.dora.staleness,
+        )
 
     def _install_load_balancer(self) -> None:
         """Route through :class:`DoraLoadBalancer` (S3's two-phase cap).
@@ -331,6 +509,8 @@ class DoraTrainer(PPOTrainerSeparateAsync):
             "dora/request_load_ratio": min(1.0, request_s / (uptime_s * self.dora.load_ratio_capacity)),
             "dora/rollout_busy_ratio": busy_s / uptime_s,
             "dora/versions_held/max": float(max(len(s["versions_held"]) for s in stats.values())),
+            "dora/replica/max_versions_held": float(max(s.get("max_versions_held", 1) for s in stats.values())),
+            "dora/replica/server_aborts": float(sum(s.get("aborted", 0) for s in stats.values())),
             "dora/replica_versions_distinct": float(len({s["weights_version"] for s in stats.values()})),
         }
 
@@ -342,4 +522,10 @@ class DoraTrainer(PPOTrainerSeparateAsync):
             sink.write(json.dumps(record, default=float) + "\n")
 
 
-__all__ = ["DoraTrainer", "MultiVersionCheckpointEngineManager", "check_config", "SETTINGS_PATH"]
+__all__ = [
+    "DoraTrainer",
+    "MultiVersionCheckpointEngineManager",
+    "ReplicaVersionCheckpointEngineManager",
+    "check_config",
+    "SETTINGS_PATH",
+]
