@@ -111,3 +111,30 @@ def test_fitting_rows_drop_only_trajectories_longer_than_the_sft_length(tmp_path
     assert fitting_rows(rows, tmp_path / "tok", max(lengths)) == rows
     with pytest.raises(ValueError, match="sft_max_length: no golden trajectory fits in 5 tokens"):
         fitting_rows(rows, tmp_path / "tok", 5)
+
+
+def test_space_tokens_make_a_value_the_same_tokens_in_the_message_and_in_the_call(tmp_path: Path) -> None:
+    from transformers import AutoTokenizer
+
+    from longcat_plugins.runtime.assets import build_tokenizer
+
+    corpus = [
+        f'The shipment\'s tracking number is {code}. <tool_call>{{"tracking_number": "{code}"}}</tool_call>'
+        for code in ("DKP72P", "E4YWUA", "Z9UD94", "H1LSYY", "K4KZZZ", "Velvet Lounge", "Austin")
+    ] * 20
+
+    def copies(space_tokens: bool, value: str) -> tuple[bool, bool]:
+        """Whether the value's own tokens occur, in order, in the user's sentence and in the call."""
+        out = tmp_path / f"tok-{space_tokens}"
+        if not out.exists():
+            build_tokenizer(out, 0, 600, corpus=corpus, space_tokens=space_tokens)
+        tok = AutoTokenizer.from_pretrained(out)
+        own = tok.tokenize(value)
+        said, called = tok.tokenize(f"number is {value}."), tok.tokenize(f'{{"n": "{value}"}}')
+        contains = lambda seq: any(seq[i : i + len(own)] == own for i in range(len(seq)))  # noqa: E731
+        return contains(said), contains(called)
+
+    for value in ("DKP72P", "Q0XNB2", "Velvet Lounge"):
+        assert copies(True, value) == (True, True), value
+    assert copies(False, "Velvet Lounge") == (False, True)  # byte-level BPE glues the space to the first letter
+    assert WarmStartPlan(space_tokens=True).key() != WarmStartPlan().key()

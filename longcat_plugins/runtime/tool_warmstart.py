@@ -81,10 +81,18 @@ class WarmStartPlan:
     #: verl pads every sample to this length; the ~4% of trajectories longer than it (of 210-420
     #: tokens, median ~265) are left out of the SFT data, which saves a third of every step
     sft_max_length: int = 352
+    #: spaces as tokens of their own: with byte-level BPE the first letter of a value in the user's
+    #: message ("is DKP72P" -> 'ĠD','K',...) is another token than in the call ('"DKP72P"' -> 'D','K',
+    #: ...), so the model cannot copy it by matching tokens (an induction head's mechanism)
+    space_tokens: bool = False
 
     def key(self) -> str:
-        """A short digest of every field: a changed plan builds into its own cache directory."""
-        return hashlib.sha1(json.dumps(asdict(self), sort_keys=True).encode()).hexdigest()[:10]
+        """A short digest of every field: a changed plan builds into its own cache directory
+        (``space_tokens`` counts only when set, so the plans measured before it keep their keys)."""
+        fields = asdict(self)
+        if not self.space_tokens:
+            del fields["space_tokens"]
+        return hashlib.sha1(json.dumps(fields, sort_keys=True).encode()).hexdigest()[:10]
 
     def sft_config(self, rows: int) -> SFTConfig:
         """verl SFT hyperparameters for ``rows`` trajectories: whole trajectories in each sample,
@@ -112,14 +120,16 @@ def static_lines(rows: list[dict[str, Any]]) -> list[str]:
     return sorted(line for line, n in counts.items() if n >= 2)
 
 
-def build_tool_tokenizer(out: Path, rows: list[dict[str, Any]], seed: int, vocab_size: int) -> None:
+def build_tool_tokenizer(
+    out: Path, rows: list[dict[str, Any]], seed: int, vocab_size: int, space_tokens: bool = False
+) -> None:
     """A BPE tokenizer trained on the rendered trajectories, plus the recurring system-prompt lines as tokens."""
     from jinja2 import Template
     from transformers import AutoTokenizer
 
     template = Template(TOOL_CHAT_TEMPLATE)
     corpus = [template.render(messages=r["messages"], add_generation_prompt=False) for r in rows]
-    build_tokenizer(out, seed, vocab_size, corpus=corpus, chat_template=TOOL_CHAT_TEMPLATE)
+    build_tokenizer(out, seed, vocab_size, corpus=corpus, chat_template=TOOL_CHAT_TEMPLATE, space_tokens=space_tokens)
     tok = AutoTokenizer.from_pretrained(out)
     tok.add_tokens(static_lines(rows))
     tok.save_pretrained(out)
@@ -172,7 +182,7 @@ def prepare_data(tmp: Path, plan: WarmStartPlan) -> list[dict[str, Any]]:
 
     rows = sft_rows(task_infos(tmp / "envs-train" / "tasks.parquet"), _NoTemplateTools(), RENDER)
     (tmp / "base").mkdir()
-    build_tool_tokenizer(tmp / "base", rows, plan.seed, plan.vocab_size)
+    build_tool_tokenizer(tmp / "base", rows, plan.seed, plan.vocab_size, plan.space_tokens)
     rows = fitting_rows(rows, tmp / "base", plan.sft_max_length)
     write_sft_parquet(rows, tmp / "sft.parquet")
     build_model(tmp / "base", plan.size, plan.seed)
