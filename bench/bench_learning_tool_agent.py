@@ -109,7 +109,13 @@ def main() -> None:
     out = {
         "runs": runs,
         "warm_start": {**meta, "build_s_this_run": round(build_s, 1), "held_out_tasks": _rows(warm.val)},
-        "config": {"recipe": "tool_agent_cpu", "init": "warm", "steps": args.steps},
+        "config": {
+            "recipe": "tool_agent_cpu",
+            "init": "warm",
+            "steps": args.steps,
+            # the demo's overrides that are not paths (so the settings are on record)
+            "overrides": [o for o in overrides if "/" not in o.split("=", 1)[1]] if args.seeds else [],
+        },
         "machine": {"cpus": _cpus(), "python": platform.python_version()},
     }
     args.out.parent.mkdir(parents=True, exist_ok=True)
