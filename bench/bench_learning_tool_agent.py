@@ -5,9 +5,14 @@ then per seed runs ``longcat-plugins demo --recipe tool_agent``'s exact configur
 (``tool_agent_cpu.yaml`` + the warm start's overrides) through verl's trainer for ``--steps``
 GRPO steps. Held-out success is verl's own greedy validation on the held-out environments
 (``val-core/longcat_env/retail/acc/mean@1``: the rubric's all-items-met rate), before the first
-step and after the last. Writes ``bench/results/learning_tool_agent.json``::
+step and after the last. With ``--probe`` (the default) the trained policy is exported at the
+last step and played by :func:`longcat_plugins.runtime.tool_probe.probe` on the same held-out
+tasks, greedy, so its shares (well-formed call, golden tool, its arguments, ...) can be set
+against the warm start's (``bench/results/tool_warm_starts.json``): what RL changed.
+Writes ``bench/results/learning_tool_agent.json``::
 
-    {"runs": [{"seed", "steps", "wall_s", "success_before", "success_after", "curve": [...]}], ...}
+    {"runs": [{"seed", "steps", "wall_s", "success_before", "success_after", "curve": [...],
+               "probe_after": {...}}], ...}
 
     PYTHONPATH=. python bench/bench_learning_tool_agent.py [--seeds 0 1 2] [--steps 20] [--append]
 
@@ -42,6 +47,7 @@ def main() -> None:
     parser.add_argument("--out", type=Path, default=OUT)
     parser.add_argument("--work", type=Path, default=None, help="run directories (default: a temp dir)")
     parser.add_argument("--append", action="store_true", help="keep the runs of other seeds already in --out")
+    parser.add_argument("--no-probe", dest="probe", action="store_false", help="skip probing the trained policy")
     args = parser.parse_args()
 
     previous: list[dict[str, Any]] = []
@@ -69,8 +75,10 @@ def main() -> None:
         demo = prepare_demo("tool_agent", built, args.steps, init="warm")
         # no checkpoints; held-out validation before the first step and after the last only
         overrides = [o for o in demo.overrides if not o.startswith(("trainer.save_freq=", "trainer.test_freq="))]
-        overrides += [f"data.seed={seed}", f"actor_rollout_ref.rollout.seed={seed}", "trainer.save_freq=-1"]
-        overrides += [f"trainer.test_freq={args.steps}"]
+        overrides += [f"data.seed={seed}", f"actor_rollout_ref.rollout.seed={seed}", f"trainer.test_freq={args.steps}"]
+        # the trained policy as an HF checkpoint at the last step only (for the probe), else none
+        save = [f"trainer.save_freq={args.steps}", "actor_rollout_ref.actor.checkpoint.save_contents=[hf_model]"]
+        overrides += save if args.probe else ["trainer.save_freq=-1"]
         start = time.perf_counter()
         result = run_training(resolve_config(demo.config), overrides, work / f"seed{seed}")
         wall = time.perf_counter() - start
@@ -84,28 +92,49 @@ def main() -> None:
             for s in result.steps
             if CURVE_KEYS["reward"] in s
         ]
-        runs.append(
-            {
-                "seed": seed,
-                "steps": result.last_step,
-                "wall_s": round(wall, 1),
-                "success_before": held[0],
-                "success_after": held[1],
-                "curve": curve,
-            }
-        )
+        run = {
+            "seed": seed,
+            "steps": result.last_step,
+            "wall_s": round(wall, 1),
+            "success_before": held[0],
+            "success_after": held[1],
+            "curve": curve,
+        }
+        if args.probe:
+            run["probe_after"] = _probe_trained(result.checkpoints, warm.val)
+        runs.append(run)
         print(f"seed {seed}: held-out success {held[0]:.1%} -> {held[1]:.1%} in {wall:.0f}s", flush=True)
     runs = [r for r in previous if r["seed"] not in args.seeds] + runs
     meta = json.loads((warm.root / "warmstart.json").read_text())
     out = {
         "runs": runs,
         "warm_start": {**meta, "build_s_this_run": round(build_s, 1), "held_out_tasks": _rows(warm.val)},
-        "config": {"recipe": "tool_agent_cpu", "init": "warm", "steps": args.steps},
+        "config": {
+            "recipe": "tool_agent_cpu",
+            "init": "warm",
+            "steps": args.steps,
+            # the demo's overrides that are not paths (so the settings are on record)
+            "overrides": [o for o in overrides if "/" not in o.split("=", 1)[1]] if args.seeds else [],
+        },
         "machine": {"cpus": _cpus(), "python": platform.python_version()},
     }
     args.out.parent.mkdir(parents=True, exist_ok=True)
     args.out.write_text(json.dumps(out, indent=1))
     print(f"wrote {args.out}")
+
+
+def _probe_trained(checkpoints: Path, val: Path) -> dict[str, Any] | None:
+    """The greedy probe's shares of the last exported policy (None when verl exported none)."""
+    from longcat_plugins.runtime.tool_probe import probe
+
+    exported = sorted(checkpoints.glob("global_step_*/actor/huggingface"), key=lambda p: int(p.parts[-3][12:]))
+    exported = [p for p in exported if any(p.glob("*.safetensors"))]
+    if not exported:
+        print(f"no HF export under {checkpoints}: probe skipped", flush=True)
+        return None
+    shares = probe(exported[-1], val)
+    print(" probe after RL", {k: v for k, v in shares.items() if k != "successes_per_task"}, flush=True)
+    return shares
 
 
 def _rows(path: Path) -> int:

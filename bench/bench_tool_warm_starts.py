@@ -1,5 +1,5 @@
 """Which tool-use warm start gives RL something to learn? For each candidate plan (model size,
-SFT epochs, training environments), build it with
+SFT updates, training environments), build it with
 :func:`longcat_plugins.runtime.tool_warmstart.ensure_tool_warm_start` (verl's SFT trainer, cached)
 and play the held-out tasks in-process (:func:`longcat_plugins.runtime.tool_probe.probe`):
 
@@ -9,9 +9,9 @@ and play the held-out tasks in-process (:func:`longcat_plugins.runtime.tool_prob
 - sampled (temperature 1, ``--n`` episodes for each of the first ``--sampled-tasks`` tasks): the
   same shares, and how many tasks have a mixed group (some but not all episodes succeed: GRPO signal).
 
-    .venv/bin/python bench/bench_tool_warm_starts.py --candidates tiny:16:150 [--append]
+    .venv/bin/python bench/bench_tool_warm_starts.py --candidates tiny:400:400 [--append]
 
-A candidate is ``size:epochs:train_envs``; the other plan values are ``WarmStartPlan``'s defaults.
+A candidate is ``size:sft_steps:train_envs[:sp]`` (``sp``: ``space_tokens``); the other plan values are ``WarmStartPlan``'s defaults.
 ``build_s`` is the time of the (cached) build: near 0 when the candidate was already built.
 """
 
@@ -26,13 +26,15 @@ from pathlib import Path
 OUT = Path(__file__).resolve().parent / "results" / "tool_warm_starts.json"
 
 
-def measure(size: str, epochs: int, train_envs: int, n: int, sampled_tasks: int, cache: Path | None) -> dict:
+def measure(
+    size: str, steps: int, train_envs: int, space_tokens: bool, n: int, sampled_tasks: int, cache: Path | None
+) -> dict:
     import pandas as pd
 
     from longcat_plugins.runtime.tool_probe import probe
     from longcat_plugins.runtime.tool_warmstart import WarmStartPlan, ensure_tool_warm_start
 
-    plan = WarmStartPlan(size=size, sft_epochs=epochs, train_envs=train_envs)
+    plan = WarmStartPlan(size=size, sft_steps=steps, train_envs=train_envs, space_tokens=space_tokens)
     start = time.monotonic()
     warm = ensure_tool_warm_start(cache, plan)
     build_s = time.monotonic() - start
@@ -45,6 +47,7 @@ def measure(size: str, epochs: int, train_envs: int, n: int, sampled_tasks: int,
     mixed = sum(0 < c < n for c in sampled["successes_per_task"])
     return {
         "plan": asdict(plan),
+        "sft_rows": json.loads((warm.root / "warmstart.json").read_text())["sft_rows"],
         "build_s": round(build_s, 1),
         "probe_s": round(time.monotonic() - start, 1),
         "greedy": greedy,
@@ -54,7 +57,7 @@ def measure(size: str, epochs: int, train_envs: int, n: int, sampled_tasks: int,
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--candidates", default="tiny:16:150", help="comma-separated size:epochs:train_envs")
+    parser.add_argument("--candidates", default="tiny:400:400", help="comma-separated size:sft_steps:train_envs[:sp]")
     parser.add_argument("--n", type=int, default=4, help="sampled episodes per task")
     parser.add_argument("--sampled-tasks", type=int, default=10)
     parser.add_argument("--cache-dir", type=Path, default=None)
@@ -63,8 +66,8 @@ def main() -> None:
     args = parser.parse_args()
     results = json.loads(args.out.read_text())["candidates"] if args.append and args.out.exists() else []
     for spec in args.candidates.split(","):
-        size, epochs, envs = spec.split(":")
-        row = measure(size, int(epochs), int(envs), args.n, args.sampled_tasks, args.cache_dir)
+        size, steps, envs, *flags = spec.split(":")
+        row = measure(size, int(steps), int(envs), flags == ["sp"], args.n, args.sampled_tasks, args.cache_dir)
         print(json.dumps({k: row[k] for k in ("plan", "build_s", "probe_s")}), flush=True)
         print(" greedy ", {k: row["greedy"][k] for k in row["greedy"] if k != "successes_per_task"}, flush=True)
         print(" sampled", {k: row["sampled"][k] for k in row["sampled"]}, flush=True)

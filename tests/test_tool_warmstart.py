@@ -73,4 +73,68 @@ def test_bad_init_and_size_are_refused_by_name(tmp_path: Path) -> None:
 
 def test_each_plan_builds_into_its_own_cache_directory() -> None:
     assert WarmStartPlan().key() == WarmStartPlan().key()
-    assert len({WarmStartPlan().key(), WarmStartPlan(sft_epochs=3).key(), WarmStartPlan(seed=1).key()}) == 3
+    assert len({WarmStartPlan().key(), WarmStartPlan(sft_steps=3).key(), WarmStartPlan(seed=1).key()}) == 3
+
+
+def test_sft_config_takes_exactly_the_planned_updates() -> None:
+    plan = WarmStartPlan(sft_steps=400, sft_batch_size=8)
+    for rows in (950, 3200, 8, 3):  # ~3.4 epochs, exactly one, many, fewer rows than a batch
+        config = plan.sft_config(rows)
+        assert config.total_steps == 400 and config.batch_size == 8
+        assert config.epochs * max(1, rows // 8) >= 400 > (config.epochs - 1) * max(1, rows // 8)
+
+
+def test_fitting_rows_drop_only_trajectories_longer_than_the_sft_length(tmp_path: Path) -> None:
+    from transformers import AutoTokenizer
+
+    from longcat_plugins.environments.envgen import generate_environments
+    from longcat_plugins.environments.golden import sft_rows, task_infos
+    from longcat_plugins.runtime.tool_warmstart import (
+        RENDER,
+        SHORT_CHAINS,
+        TOOL_CHAT_TEMPLATE,
+        build_tool_tokenizer,
+        fitting_rows,
+    )
+
+    class _TemplateOnly:
+        chat_template = TOOL_CHAT_TEMPLATE
+
+    generate_environments("retail", 2, tmp_path / "envs", seed=5, config=SHORT_CHAINS)
+    rows = sft_rows(task_infos(tmp_path / "envs" / "tasks.parquet"), _TemplateOnly(), RENDER)
+    build_tool_tokenizer(tmp_path / "tok", rows, seed=0, vocab_size=512)
+    tok = AutoTokenizer.from_pretrained(tmp_path / "tok")
+    lengths = [len(tok.apply_chat_template(list(r["messages"]), tokenize=True, return_dict=False)) for r in rows]
+    cut = sorted(lengths)[len(lengths) // 2]
+    kept = fitting_rows(rows, tmp_path / "tok", cut)
+    assert kept == [r for r, n in zip(rows, lengths, strict=True) if n <= cut] and 0 < len(kept) < len(rows)
+    assert fitting_rows(rows, tmp_path / "tok", max(lengths)) == rows
+    with pytest.raises(ValueError, match="sft_max_length: no golden trajectory fits in 5 tokens"):
+        fitting_rows(rows, tmp_path / "tok", 5)
+
+
+def test_space_tokens_make_a_value_the_same_tokens_in_the_message_and_in_the_call(tmp_path: Path) -> None:
+    from transformers import AutoTokenizer
+
+    from longcat_plugins.runtime.assets import build_tokenizer
+
+    corpus = [
+        f'The shipment\'s tracking number is {code}. <tool_call>{{"tracking_number": "{code}"}}</tool_call>'
+        for code in ("DKP72P", "E4YWUA", "Z9UD94", "H1LSYY", "K4KZZZ", "Velvet Lounge", "Austin")
+    ] * 20
+
+    def copies(space_tokens: bool, value: str) -> tuple[bool, bool]:
+        """Whether the value's own tokens occur, in order, in the user's sentence and in the call."""
+        out = tmp_path / f"tok-{space_tokens}"
+        if not out.exists():
+            build_tokenizer(out, 0, 600, corpus=corpus, space_tokens=space_tokens)
+        tok = AutoTokenizer.from_pretrained(out)
+        own = tok.tokenize(value)
+        said, called = tok.tokenize(f"number is {value}."), tok.tokenize(f'{{"n": "{value}"}}')
+        contains = lambda seq: any(seq[i : i + len(own)] == own for i in range(len(seq)))  # noqa: E731
+        return contains(said), contains(called)
+
+    for value in ("DKP72P", "Q0XNB2", "Velvet Lounge"):
+        assert copies(True, value) == (True, True), value
+    assert copies(False, "Velvet Lounge") == (False, True)  # byte-level BPE glues the space to the first letter
+    assert WarmStartPlan(space_tokens=True).key() != WarmStartPlan().key()

@@ -124,13 +124,22 @@ def build_tokenizer(
     task: str = "add",
     corpus: list[str] | None = None,
     chat_template: str = CHAT_TEMPLATE,
+    space_tokens: bool = False,
 ) -> None:
-    """Train the tokenizer on ``corpus`` (default: the strings of arithmetic ``task``) and save it with ``chat_template``."""
+    """Train the tokenizer on ``corpus`` (default: the strings of arithmetic ``task``) and save it with ``chat_template``.
+
+    ``space_tokens``: a space is a token of its own, never merged into the word after it, so a
+    word is the same tokens after a space as after a quote (what copying a value needs).
+    """
     from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
     from transformers import PreTrainedTokenizerFast
 
     tok = Tokenizer(models.BPE())
     tok.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
+    if space_tokens:
+        tok.pre_tokenizer = pre_tokenizers.Sequence(
+            [pre_tokenizers.Split(" ", "isolated"), pre_tokenizers.ByteLevel(add_prefix_space=False)]
+        )
     tok.decoder = decoders.ByteLevel()
     trainer = trainers.BpeTrainer(
         vocab_size=vocab_size,

@@ -66,31 +66,45 @@ class WarmStartPlan:
 
     size: str = "tiny"
     seed: int = 0
-    train_envs: int = 150
-    val_envs: int = 10
+    #: ~2.4 tasks each: ~950 distinct golden trajectories, so the arguments a call must copy vary
+    #: (memorising fails, copying pays) rather than repeating 350 of them for many epochs
+    train_envs: int = 400
+    #: ~48 held-out tasks: one task is ~2 points of held-out success
+    val_envs: int = 20
     vocab_size: int = 1024
-    #: 9 epochs of batch 32 (99 steps) gave a model that calls tools (93% well-formed first calls)
-    #: but picks the golden tool in 23% and never its arguments (0% greedy success). More updates
-    #: are the next step; 16 epochs of batch 16 (352 steps) is not yet measured: its build did not
-    #: finish in a 10-minute slot of the shared 2 cores (``bench/bench_tool_warm_starts.py``)
-    sft_epochs: int = 16
+    #: SFT updates in all (epochs follow from the row count). Measured before: 99 updates of batch
+    #: 32 (9 epochs of 353 trajectories) gave well-formed calls (93%) to the golden tool (23%) with
+    #: never its arguments (0% greedy success): copying an id needs many more, smaller updates
+    sft_steps: int = 400
     sft_lr: float = 5e-3
-    sft_batch_size: int = 16
-    #: verl pads every sample to this length: the longest golden trajectory is ~420 tokens
-    sft_max_length: int = 512
+    sft_batch_size: int = 8
+    #: verl pads every sample to this length; the ~4% of trajectories longer than it (of 210-420
+    #: tokens, median ~265) are left out of the SFT data, which saves a third of every step
+    sft_max_length: int = 352
+    #: spaces as tokens of their own: with byte-level BPE the first letter of a value in the user's
+    #: message ("is DKP72P" -> 'ĠD','K',...) is another token than in the call ('"DKP72P"' -> 'D','K',
+    #: ...), so the model cannot copy it by matching tokens (an induction head's mechanism)
+    space_tokens: bool = False
 
     def key(self) -> str:
-        """A short digest of every field: a changed plan builds into its own cache directory."""
-        return hashlib.sha1(json.dumps(asdict(self), sort_keys=True).encode()).hexdigest()[:10]
+        """A short digest of every field: a changed plan builds into its own cache directory
+        (``space_tokens`` counts only when set, so the plans measured before it keep their keys)."""
+        fields = asdict(self)
+        if not self.space_tokens:
+            del fields["space_tokens"]
+        return hashlib.sha1(json.dumps(fields, sort_keys=True).encode()).hexdigest()[:10]
 
-    def sft_config(self) -> SFTConfig:
-        """verl SFT hyperparameters: whole trajectories (a few hundred tokens) in each sample."""
+    def sft_config(self, rows: int) -> SFTConfig:
+        """verl SFT hyperparameters for ``rows`` trajectories: whole trajectories in each sample,
+        ``sft_steps`` updates (enough epochs over the data to reach them)."""
+        per_epoch = max(1, rows // self.sft_batch_size)
         return SFTConfig(
-            epochs=self.sft_epochs,
+            epochs=-(-self.sft_steps // per_epoch),
             lr=self.sft_lr,
             batch_size=self.sft_batch_size,
             max_length=self.sft_max_length,
             seed=self.seed,
+            total_steps=self.sft_steps,
         )
 
 
@@ -106,14 +120,16 @@ def static_lines(rows: list[dict[str, Any]]) -> list[str]:
     return sorted(line for line, n in counts.items() if n >= 2)
 
 
-def build_tool_tokenizer(out: Path, rows: list[dict[str, Any]], seed: int, vocab_size: int) -> None:
+def build_tool_tokenizer(
+    out: Path, rows: list[dict[str, Any]], seed: int, vocab_size: int, space_tokens: bool = False
+) -> None:
     """A BPE tokenizer trained on the rendered trajectories, plus the recurring system-prompt lines as tokens."""
     from jinja2 import Template
     from transformers import AutoTokenizer
 
     template = Template(TOOL_CHAT_TEMPLATE)
     corpus = [template.render(messages=r["messages"], add_generation_prompt=False) for r in rows]
-    build_tokenizer(out, seed, vocab_size, corpus=corpus, chat_template=TOOL_CHAT_TEMPLATE)
+    build_tokenizer(out, seed, vocab_size, corpus=corpus, chat_template=TOOL_CHAT_TEMPLATE, space_tokens=space_tokens)
     tok = AutoTokenizer.from_pretrained(out)
     tok.add_tokens(static_lines(rows))
     tok.save_pretrained(out)
@@ -130,11 +146,31 @@ def rl_rows(tasks_parquet: Path, out: Path, split: str) -> None:
     tmp.replace(out)
 
 
+#: environments one generator run yields reliably: its seed chains favour tools not yet used, so
+#: later indices fail more often (seed 0: 50 of the first 50, 19 of indices 150-199)
+TRAIN_CHUNK = 120
+
+
+def generate_train_environments(out: Path, count: int, seed: int) -> None:
+    """``count`` environments as chunks of :data:`TRAIN_CHUNK` from generator seeds ``seed``,
+    ``seed + 1``, ... (``out/<k>/``), their task rows merged into ``out/tasks.parquet``."""
+    import pandas as pd
+
+    from longcat_plugins.environments.envgen import generate_environments
+
+    parts = []
+    for k, start in enumerate(range(0, count, TRAIN_CHUNK)):
+        n = min(TRAIN_CHUNK, count - start)
+        generate_environments(DOMAIN, n, out / str(k), seed=seed + k, config=SHORT_CHAINS)
+        parts.append(pd.read_parquet(out / str(k) / "tasks.parquet"))
+    pd.concat(parts, ignore_index=True).to_parquet(out / "tasks.parquet")
+
+
 def prepare_data(tmp: Path, plan: WarmStartPlan) -> list[dict[str, Any]]:
     """Environments, RL rows, SFT rows and the tokenizer + random model under ``tmp``; returns the SFT rows."""
     from longcat_plugins.environments.envgen import generate_environments
 
-    generate_environments(DOMAIN, plan.train_envs, tmp / "envs-train", seed=plan.seed, config=SHORT_CHAINS)
+    generate_train_environments(tmp / "envs-train", plan.train_envs, plan.seed)
     generate_environments(
         DOMAIN, plan.val_envs, tmp / "envs-val", seed=plan.seed + 10_000, config=SHORT_CHAINS, split="test"
     )
@@ -145,11 +181,27 @@ def prepare_data(tmp: Path, plan: WarmStartPlan) -> list[dict[str, Any]]:
         chat_template = TOOL_CHAT_TEMPLATE
 
     rows = sft_rows(task_infos(tmp / "envs-train" / "tasks.parquet"), _NoTemplateTools(), RENDER)
-    write_sft_parquet(rows, tmp / "sft.parquet")
     (tmp / "base").mkdir()
-    build_tool_tokenizer(tmp / "base", rows, plan.seed, plan.vocab_size)
+    build_tool_tokenizer(tmp / "base", rows, plan.seed, plan.vocab_size, plan.space_tokens)
+    rows = fitting_rows(rows, tmp / "base", plan.sft_max_length)
+    write_sft_parquet(rows, tmp / "sft.parquet")
     build_model(tmp / "base", plan.size, plan.seed)
     return rows
+
+
+def fitting_rows(rows: list[dict[str, Any]], tokenizer_dir: Path, max_length: int) -> list[dict[str, Any]]:
+    """The rows whose whole trajectory is at most ``max_length`` tokens (verl's SFT refuses longer ones)."""
+    from transformers import AutoTokenizer
+
+    tok = AutoTokenizer.from_pretrained(tokenizer_dir)
+    fit = [
+        r
+        for r in rows
+        if len(tok.apply_chat_template(list(r["messages"]), tokenize=True, return_dict=False)) <= max_length
+    ]
+    if not fit:
+        raise ValueError(f"sft_max_length: no golden trajectory fits in {max_length} tokens")
+    return fit
 
 
 def ensure_tool_warm_start(cache_dir: Path | None = None, plan: WarmStartPlan | None = None) -> ToolWarmStart:
@@ -164,12 +216,14 @@ def ensure_tool_warm_start(cache_dir: Path | None = None, plan: WarmStartPlan | 
     if built.exists():
         return built
     with building(root) as tmp:
-        prepare_data(tmp, plan)
+        rows = prepare_data(tmp, plan)
         _fix_env_paths(tmp, root.resolve())
         from longcat_plugins.runtime.sft import run_sft
 
-        run_sft(tmp / "base", tmp / "sft.parquet", tmp / "model", plan.sft_config(), overrides=SFT_SCHEDULE)
-        (tmp / "warmstart.json").write_text(json.dumps(asdict(plan), indent=2))
+        config = plan.sft_config(len(rows))
+        run_sft(tmp / "base", tmp / "sft.parquet", tmp / "model", config, overrides=SFT_SCHEDULE)
+        meta = {**asdict(plan), "sft_rows": len(rows), "sft_epochs": config.epochs}
+        (tmp / "warmstart.json").write_text(json.dumps(meta, indent=2))
     return built
 
 
@@ -177,8 +231,9 @@ def _fix_env_paths(tmp: Path, root: Path) -> None:
     """Point the rows' absolute ``env_path`` at where the environments will live after the rename."""
     import pandas as pd
 
-    for name in ("train.parquet", "val.parquet", "sft.parquet", "envs-train/tasks.parquet", "envs-val/tasks.parquet"):
-        path = tmp / name
+    for path in [tmp / n for n in ("train.parquet", "val.parquet", "sft.parquet")] + sorted(
+        tmp.glob("envs-*/**/tasks.parquet")
+    ):
         df = pd.read_parquet(path)
         if "extra_info" in df.columns:
             df["extra_info"] = [
@@ -212,7 +267,7 @@ def warm_overrides(warm: ToolWarmStart, steps: int) -> list[str]:
         "actor_rollout_ref.actor.ppo_micro_batch_size_per_gpu=8",
         "actor_rollout_ref.rollout.log_prob_micro_batch_size_per_gpu=8",
         "actor_rollout_ref.ref.log_prob_micro_batch_size_per_gpu=8",
-        "actor_rollout_ref.actor.optim.lr=2e-4",
+        "actor_rollout_ref.actor.optim.lr=1e-3",  # the warm arithmetic demo's rate (it measurably learns)
         f"{_LOOP}.noise_curriculum.enabled=false",
         f"{_LOOP}.discard_turns=0",
         f"{_LOOP}.discard_turns_growth=0",
