@@ -14,6 +14,8 @@ from typing import Any
 SETTINGS_PATH = "longcat.settings.scheduler.dora"
 #: ``load_balancer`` values: verl's router unchanged, or DORA's capped one
 LOAD_BALANCERS = ("dora", "verl")
+#: the trainer's verl resource pools ``node_resources`` may pin (``trainer.v1`` names them so)
+TRAINER_POOLS = ("global_pool", "reward_pool", "teacher_pool")
 
 
 @dataclass(frozen=True)
@@ -45,6 +47,11 @@ class DoraSettings:
         filter_all_correct / filter_all_wrong / correct_threshold / wrong_threshold: which
             groups the filter drops, as in the core's ``DoraConfig`` (a group is all correct when
             every reward ``>= correct_threshold``, all wrong when every reward ``<= wrong_threshold``).
+        node_resources: a custom Ray resource per trainer resource pool (``global_pool``, and
+            ``reward_pool`` / ``teacher_pool`` where the run has them): the pool's placement
+            groups require it, so its workers start only on nodes that declare it (``ray start
+            --resources``). Pinning the trainer is what separates the groups on a multi-node
+            cluster: the standalone rollout replicas take the devices the trainer leaves.
     """
 
     staleness: int = 1
@@ -64,6 +71,7 @@ class DoraSettings:
     cap_before_rebalance: int = 8
     cap_after_rebalance: int = 4
     rebalance_threshold: float = 0.5
+    node_resources: dict[str, str] = field(default_factory=dict)
 
     def __post_init__(self) -> None:
         if not isinstance(self.staleness, int) or self.staleness < 0:
@@ -86,6 +94,11 @@ class DoraSettings:
                 raise ValueError(f"{name} must be a finite number, got {getattr(self, name)!r}")
         if self.load_balancer not in LOAD_BALANCERS:
             raise ValueError(f"load_balancer must be one of {list(LOAD_BALANCERS)}, got {self.load_balancer!r}")
+        for pool, resource in dict(self.node_resources).items():
+            if pool not in TRAINER_POOLS:
+                raise ValueError(f"node_resources.{pool}: not a trainer resource pool (one of {list(TRAINER_POOLS)})")
+            if not isinstance(resource, str) or not resource.strip():
+                raise ValueError(f"node_resources.{pool} must name a custom Ray resource, got {resource!r}")
         self.balancer_config()  # the cap and threshold, validated by the core with their key path
 
     def balancer_config(self) -> Any:
