@@ -2,13 +2,17 @@
 
 Recipes list this callback under ``hydra.callbacks``. Before the task function runs (so before
 Ray starts) it validates the whole config, applies the section's selection in the driver, and
-exports it as ``LONGCAT_PLUGINS_CONFIG`` so the Ray workers the driver starts (which inherit
-its environment) apply the same selection when they import verl.
+exports it as ``LONGCAT_PLUGINS_CONFIG`` so the Ray workers apply the same selection when they
+import verl. Workers of a cluster this driver starts inherit its environment; workers on nodes
+started by ``ray start`` (a multi-node cluster joined with ``ray_kwargs.ray_init.address``) do
+not, so the driver's ``LONGCAT_*`` variables also go into the job's ``runtime_env`` through
+Ray's ``RAY_RUNTIME_ENV_HOOK`` (:func:`runtime_env_hook`).
 """
 
 from __future__ import annotations
 
 import copy
+import importlib
 import json
 import os
 import sys
@@ -20,6 +24,42 @@ from omegaconf import DictConfig, OmegaConf, open_dict, read_write
 from longcat_plugins.config import SECTION, ConfigError, to_plain, validate_config
 from longcat_plugins.host import set_host
 from longcat_plugins.selection import ENV_CONFIG
+
+#: Ray calls the function this names on the ``runtime_env`` given to ``ray.init``
+RAY_HOOK = "RAY_RUNTIME_ENV_HOOK"
+HOOK_PATH = f"{__name__}.runtime_env_hook"
+#: a hook that was set before ours, called first
+ENV_PREVIOUS_HOOK = "LONGCAT_PREVIOUS_RAY_RUNTIME_ENV_HOOK"
+ENV_PREFIX = "LONGCAT_"
+#: where the launcher (``runtime/launch.py``) asks verl's loggers to write, read in the TaskRunner
+LOGGER_VARS = ("VERL_FILE_LOGGER_PATH", "TENSORBOARD_DIR", "WANDB_DIR")
+
+
+def runtime_env_hook(runtime_env: dict[str, Any] | None) -> dict[str, Any]:
+    """The job's ``runtime_env`` plus every ``LONGCAT_*`` variable of the driver (and the
+    ``LOGGER_VARS`` it has) in its ``env_vars`` (a value the runtime_env already sets wins), so
+    workers on every node of the cluster see the driver's selection, runtime, traces and logger
+    paths."""
+    previous = os.environ.get(ENV_PREVIOUS_HOOK)
+    if previous:
+        module, _, attr = previous.rpartition(".")
+        runtime_env = getattr(importlib.import_module(module), attr)(runtime_env)
+    merged = dict(runtime_env or {})
+    ours = {
+        k: v for k, v in os.environ.items() if (k.startswith(ENV_PREFIX) and k != ENV_PREVIOUS_HOOK) or k in LOGGER_VARS
+    }
+    merged["env_vars"] = {**ours, **dict(merged.get("env_vars") or {})}
+    return merged
+
+
+def install_runtime_env_hook() -> None:
+    """Point ``RAY_RUNTIME_ENV_HOOK`` at :func:`runtime_env_hook`, keeping a previous hook."""
+    current = os.environ.get(RAY_HOOK)
+    if current == HOOK_PATH:
+        return
+    if current:
+        os.environ[ENV_PREVIOUS_HOOK] = current
+    os.environ[RAY_HOOK] = HOOK_PATH
 
 
 class LongcatCallback(Callback):
@@ -41,6 +81,7 @@ class LongcatCallback(Callback):
             print(f"longcat-plugins: {ConfigError(problems, source=f'config {name!r}')}", file=sys.stderr)
             raise SystemExit(2)
         os.environ[ENV_CONFIG] = json.dumps(plain.get(SECTION) or {})
+        install_runtime_env_hook()
         set_host(host)
         from longcat_plugins.verl_bridge import bridge
 

@@ -11,12 +11,14 @@ from __future__ import annotations
 
 import json
 import math
+from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import pytest
+from ray.cluster_utils import Cluster
 
 from longcat_plugins.runtime.assets import Assets
-from longcat_plugins.runtime.launch import configs_dir, run_training
+from longcat_plugins.runtime.launch import STEP_LINE, configs_dir, run_training
 from longcat_plugins.schedulers.workload import AGENT_NAME, write_skewed_dataset
 
 pytestmark = [pytest.mark.slow, pytest.mark.ray]
@@ -26,9 +28,16 @@ BOUND = 1
 
 
 def train_dora(
-    tiny_assets: Assets, tmp_path: Path, ray_tmp: Path, steps: int, *overrides: str, warmup_batches: int = 2
+    tiny_assets: Assets,
+    tmp_path: Path,
+    ray_tmp: Path | None,
+    steps: int,
+    *overrides: str,
+    warmup_batches: int = 2,
+    on_line: Callable[[str], None] | None = None,
 ) -> tuple:
-    """Run dora_cpu.yaml on the long-tailed workload; return (result, trainer trace, rollout trace)."""
+    """Run dora_cpu.yaml on the long-tailed workload; return (result, trainer trace, rollout trace).
+    ``ray_tmp=None``: the overrides join a running cluster instead of starting one."""
     skewed = write_skewed_dataset(tiny_assets.train, tmp_path / "skewed.parquet", long_tokens=384, short_tokens=8)
     run_dir = tmp_path / "run"
     dora_trace = run_dir / "dora_trace.jsonl"
@@ -39,7 +48,7 @@ def train_dora(
             f"data.train_files={skewed}",
             f"data.val_files={tiny_assets.val}",
             f"actor_rollout_ref.model.path={tiny_assets.model}",
-            f"+ray_kwargs.ray_init._temp_dir={ray_tmp}",
+            *([f"+ray_kwargs.ray_init._temp_dir={ray_tmp}"] if ray_tmp is not None else []),
             f"trainer.total_training_steps={steps}",
             "data.max_response_length=384",
             f"actor_rollout_ref.rollout.agent.agent_loop_config_path={configs_dir() / 'agent_loops' / 'skewed.yaml'}",
@@ -49,6 +58,7 @@ def train_dora(
             *overrides,
         ],
         run_dir,
+        on_line=on_line,
         env={"LONGCAT_HF_ROLLOUT_TRACE": str(rollout_trace), "LONGCAT_DORA_TRACE": str(dora_trace)},
     )
     assert result.returncode == 0, result.log.read_text()[-5000:]
@@ -183,3 +193,87 @@ def test_dora_single_version_replicas_roll_updates_without_recomputation(
         assert metrics["training/off_policy/trajectory_spans/max"] == 1, "one version per sample"
         assert metrics["training/off_policy/trajectory_staleness/max"] <= BOUND
         assert math.isfinite(metrics["actor/pg_loss"])
+
+
+# -- two Ray nodes -------------------------------------------------------------------------------
+
+#: the custom resource that marks the training node (``node_resources`` pins verl's trainer pool to it)
+TRAINER_NODE = "longcat_trainer_node"
+
+
+@pytest.fixture
+def two_nodes(ray_tmp: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[Cluster]:
+    """Two raylets on this machine: the head is the training node (1 logical GPU and the
+    ``TRAINER_NODE`` resource), the second the rollout node (2 logical GPUs). Every Ray file,
+    the cluster-address file included, stays under ``ray_tmp`` (``RAY_TMPDIR``), so no other
+    Ray on the machine can find or join this cluster."""
+    monkeypatch.setenv("RAY_TMPDIR", str(ray_tmp))
+    cluster = Cluster(
+        initialize_head=True,
+        head_node_args={
+            "num_cpus": 8,
+            "num_gpus": 1,
+            "resources": {TRAINER_NODE: 1},
+            "include_dashboard": False,
+            "object_store_memory": 200 * 2**20,
+        },
+    )
+    try:
+        cluster.add_node(num_cpus=8, num_gpus=2, object_store_memory=200 * 2**20)
+        yield cluster
+    finally:
+        cluster.shutdown()
+
+
+def test_dora_on_two_ray_nodes(tiny_assets: Assets, tmp_path: Path, two_nodes: Cluster) -> None:
+    """The dora trainer joins a running two-node cluster: the trainer's workers on one node, both
+    standalone rollout replicas on the other; weights (object store), routing (the balancer) and
+    the samples (agent loops, replay buffer) cross between them."""
+    trainer_node = two_nodes.head_node.node_id
+    (rollout_node,) = [node.node_id for node in two_nodes.worker_nodes]
+    alive: dict[str, dict] = {}
+
+    def snapshot(line: str) -> None:
+        # while the job runs (its actors die with it): every live actor and its node, per step
+        if STEP_LINE.search(line):
+            alive.update(two_nodes.global_state.actor_table(None, actor_state_name="ALIVE"))
+
+    result, steps, rollout = train_dora(
+        tiny_assets,
+        tmp_path,
+        None,
+        2,
+        f"+ray_kwargs.ray_init.address={two_nodes.address}",
+        "~ray_kwargs.ray_init.num_cpus",
+        "~ray_kwargs.ray_init.num_gpus",
+        f"+longcat.settings.scheduler.dora.node_resources.global_pool={TRAINER_NODE}",
+        warmup_batches=1,
+        on_line=snapshot,
+    )
+    # placement, from the GCS actor table (Ray's state): trainer workers and replicas apart
+    where = [(a["Name"] or a["ActorClassName"], a["Address"]["NodeID"]) for a in alive.values()]
+    servers = {name: node for name, node in where if name.startswith("hf_server_")}
+    workers = [node for name, node in where if name.startswith("rollout_standalone_")]
+    trainer = [node for name, node in where if "WorkerDict" in name]
+    assert servers == {"hf_server_0_0": rollout_node, "hf_server_1_0": rollout_node}, where
+    assert len(workers) == 2 and set(workers) == {rollout_node}, where
+    assert trainer and set(trainer) == {trainer_node}, where
+
+    # weights crossed nodes: both remote replicas loaded every version, each a new digest
+    updates = [r for r in rollout if r["event"] == "update"]
+    for replica in (0, 1):
+        mine = [u for u in updates if u["replica"] == replica]
+        assert [u["global_steps"] for u in mine] == [0, 1, 2], mine
+        assert len({u["digest"] for u in mine}) == 3, mine
+    # samples crossed back: every trained sample was generated by a remote replica, with its version
+    for record in steps:
+        assert len(record["versions"]) == 16, record
+        assert max((record["step"] - 1) - v for v in record["versions"]) <= BOUND, record
+        assert set(record["replicas"]) == {"hf-replica-0", "hf-replica-1"}, record
+    # the balancer routed to both remote replicas; one version per sample; training finished
+    assert [m["step"] for m in result.steps] == [1, 2]
+    for metrics in result.steps:
+        assert metrics["training/off_policy/trajectory_spans/max"] == 1
+        assert 0 < metrics["dora/lb/peak_inflight"] <= 8
+        assert math.isfinite(metrics["actor/pg_loss"]) and metrics["actor/grad_norm"] > 0
+    assert any(k.startswith("dora/lb/inflight/") for k in result.steps[-1]), sorted(result.steps[-1])

@@ -4,8 +4,10 @@ resolvable inside a real Ray worker that never imported longcat_plugins itself."
 from __future__ import annotations
 
 import json
+import os
 import subprocess
 import sys
+from pathlib import Path
 
 import pytest
 from conftest import EXAMPLE, REPO, run_cli, run_python
@@ -128,3 +130,33 @@ def test_plugin_authors_fixtures_run_the_examples_own_tests() -> None:
     )
     assert proc.returncode == 0, proc.stdout[-3000:]
     assert "2 passed" in proc.stdout
+
+
+def test_the_selection_reaches_workers_on_nodes_the_driver_did_not_start(
+    fake_site: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A multi-node cluster's workers do not inherit the driver's environment: the callback puts
+    the driver's LONGCAT_* variables into the job's runtime_env through Ray's RAY_RUNTIME_ENV_HOOK,
+    keeping (and first calling) a hook that was already set."""
+    from ray._common.utils import load_class  # what ray.init calls the hook with
+
+    from longcat_plugins import hydra_callback as hc
+
+    (fake_site / "prior_hook.py").write_text("def hook(env):\n    return {**(env or {}), 'pip': ['x']}\n")
+    for name in (hc.ENV_PREVIOUS_HOOK, hc.RAY_HOOK):  # restored to absent afterwards
+        monkeypatch.setenv(name, "x")
+        monkeypatch.delenv(name)
+    monkeypatch.setenv(hc.RAY_HOOK, "prior_hook.hook")
+    monkeypatch.setenv("LONGCAT_PLUGINS_CONFIG", '{"disable": ["example"]}')
+    monkeypatch.setenv("LONGCAT_RUNTIME", "cpu")
+    monkeypatch.setenv("VERL_FILE_LOGGER_PATH", "/run/metrics.jsonl")
+    hc.install_runtime_env_hook()
+    hc.install_runtime_env_hook()  # idempotent: the previous hook is still the user's
+    assert os.environ[hc.RAY_HOOK] == hc.HOOK_PATH and os.environ[hc.ENV_PREVIOUS_HOOK] == "prior_hook.hook"
+    env = load_class(os.environ[hc.RAY_HOOK])({"env_vars": {"LONGCAT_RUNTIME": "off", "TOKENIZERS_PARALLELISM": "1"}})
+    assert env["pip"] == ["x"], "the previous hook ran"
+    assert env["env_vars"]["LONGCAT_PLUGINS_CONFIG"] == '{"disable": ["example"]}'
+    assert env["env_vars"]["LONGCAT_RUNTIME"] == "off", "a value the runtime_env sets wins"
+    assert env["env_vars"]["TOKENIZERS_PARALLELISM"] == "1"
+    assert env["env_vars"]["VERL_FILE_LOGGER_PATH"] == "/run/metrics.jsonl", "verl's file logger writes where asked"
+    assert hc.ENV_PREVIOUS_HOOK not in env["env_vars"]

@@ -93,3 +93,22 @@ def test_stock_main_ppo_refuses_before_ray(model: Path, tmp_path: Path) -> None:
     assert "actor_rollout_ref.rollout.name: 'vllm'" in proc.stderr
     assert "actor_rollout_ref.actor.strategy: FSDP1" in proc.stderr
     assert "ray init kwargs" not in proc.stdout
+
+
+def test_joining_a_cluster_leaves_resources_to_its_nodes(model: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.delenv("RAY_ADDRESS", raising=False)
+    joined = problems(model, "+ray_kwargs.ray_init.address=10.0.0.1:6379")
+    # Ray refuses num_cpus/num_gpus when connecting: each is named, with how to drop it
+    assert set(joined) == {"ray_kwargs.ray_init.num_cpus", "ray_kwargs.ray_init.num_gpus"}, joined
+    assert "~ray_kwargs.ray_init.num_gpus" in joined["ray_kwargs.ray_init.num_gpus"]
+    clean = (
+        "+ray_kwargs.ray_init.address=10.0.0.1:6379",
+        "~ray_kwargs.ray_init.num_cpus",
+        "~ray_kwargs.ray_init.num_gpus",
+    )
+    assert problems(model, *clean) == {}
+    # RAY_ADDRESS joins as well; without either, the logical-GPU count is required again
+    monkeypatch.setenv("RAY_ADDRESS", "10.0.0.1:6379")
+    assert problems(model, *clean[1:]) == {}
+    monkeypatch.delenv("RAY_ADDRESS")
+    assert "ray_kwargs.ray_init.num_gpus" in problems(model, *clean[1:])

@@ -217,3 +217,21 @@ def test_skewed_budgets() -> None:
     assert [budget_for(i, 4, 4, 48) for i in range(5)] == [48, 4, 4, 4, 48]
     with pytest.raises(ValueError):
         budget_for(0, 0, 4, 48)
+
+
+def test_node_resources_are_checked_with_their_key_path() -> None:
+    pinned = {"global_pool": "trainer_node"}
+    host = Host(Selection(settings={"scheduler": {"dora": {"node_resources": pinned}}})).load()
+    assert host.settings_for("scheduler", "dora").node_resources == pinned
+    for bad, says in (({"rollout_pool_0": "x"}, "node_resources.rollout_pool_0"), ({"global_pool": ""}, "global_pool")):
+        wrong = Host(Selection(settings={"scheduler": {"dora": {"node_resources": bad}}})).load()
+        with pytest.raises(ConfigError, match=rf"longcat\.settings\.scheduler\.dora.*{says}"):
+            wrong.settings_for("scheduler", "dora")
+    # a pool this run does not create is named before Ray starts
+    cfg = dora_cfg(longcat={"settings": {"scheduler": {"dora": {"node_resources": {"reward_pool": "r"}}}}})
+    assert check_config(cfg) == [
+        "longcat.settings.scheduler.dora.node_resources.reward_pool: this run has no resource pool "
+        "'reward_pool' (its pools: ['global_pool'])"
+    ]
+    cfg.reward = {"reward_model": {"enable_resource_pool": True}}
+    assert check_config(cfg) == []

@@ -166,3 +166,26 @@ def test_client_restarts_on_a_dead_replica_without_losing_or_duplicating(ray_clu
         assert o.extra_fields["min_global_steps"] == o.extra_fields["max_global_steps"]
         assert len(o.log_probs) == len(o.token_ids)
     assert ray.get(balancer.get_all_servers.remote()) == ["replica-1"]
+
+
+@pytest.mark.slow
+@pytest.mark.ray
+def test_a_pinned_pool_needs_a_node_with_its_resource(ray_cluster: None) -> None:
+    """``node_resources`` naming a resource no node has is refused at once, naming the setting,
+    instead of leaving the trainer's placement group pending forever; no pool is made."""
+    from longcat_plugins.runtime.placement import PinnedResourcePoolManager
+
+    where = "longcat.settings.scheduler.dora.node_resources"
+    manager = PinnedResourcePoolManager(
+        resource_pool_spec={"global_pool": [1]},
+        mapping={},
+        node_resources={"global_pool": "trainer_node", "reward_pool": "CPU"},
+        where=where,
+    )
+    with pytest.raises(ValueError) as err:
+        manager.create_resource_pool()
+    text = str(err.value)
+    assert f"{where}.global_pool: no node of the Ray cluster has the resource 'trainer_node'" in text
+    assert "--resources='{\"trainer_node\": 1}'" in text
+    assert f"{where}.reward_pool: this run has no resource pool 'reward_pool'" in text
+    assert manager.resource_pool_dict == {}

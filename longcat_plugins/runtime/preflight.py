@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import importlib.util
 import json
+import os
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
@@ -25,6 +26,12 @@ def model_bytes(path: Path) -> int:
     """Parameter bytes of a local HF checkpoint, from its safetensors/bin files."""
     files = list(path.glob("*.safetensors")) or list(path.glob("*.bin"))
     return sum(f.stat().st_size for f in files)
+
+
+def joins_cluster(cfg: Mapping[str, Any]) -> bool:
+    """Whether ``main_ppo``'s ``ray.init`` connects to a running cluster instead of starting one."""
+    address = _select(cfg, "ray_kwargs.ray_init.address") or os.environ.get("RAY_ADDRESS")
+    return bool(address) and address != "local"
 
 
 def check_cpu_config(cfg: Mapping[str, Any], available_bytes: int | None = None) -> list[ConfigProblem]:
@@ -64,7 +71,16 @@ def check_cpu_config(cfg: Mapping[str, Any], available_bytes: int | None = None)
         bad("trainer.device", f"{device!r} is not available on the CPU runtime; use trainer.device=cpu")
     gpus = _select(cfg, "ray_kwargs.ray_init.num_gpus")
     need = (_select(cfg, "trainer.n_gpus_per_node") or 1) * (_select(cfg, "trainer.nnodes") or 1)
-    if not gpus or gpus < need:
+    if joins_cluster(cfg):
+        # the nodes declare their resources (`ray start --num-gpus`); Ray refuses them here
+        for key in ("num_cpus", "num_gpus"):
+            if _select(cfg, f"ray_kwargs.ray_init.{key}") is not None:
+                bad(
+                    f"ray_kwargs.ray_init.{key}",
+                    "joining an existing Ray cluster (ray_kwargs.ray_init.address or RAY_ADDRESS), whose nodes "
+                    f"declare their resources with `ray start`; remove it (~ray_kwargs.ray_init.{key})",
+                )
+    elif not gpus or gpus < need:
         bad(
             "ray_kwargs.ray_init.num_gpus",
             f"verl counts logical GPUs for its resource pools; set it to at least {need} "

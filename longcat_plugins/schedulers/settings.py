@@ -16,6 +16,8 @@ from longcat_plugins.schedulers.core.replicas import MIN_STALENESS
 SETTINGS_PATH = "longcat.settings.scheduler.dora"
 #: ``load_balancer`` values: verl's router unchanged, or DORA's capped one
 LOAD_BALANCERS = ("dora", "verl")
+#: the trainer's verl resource pools ``node_resources`` may pin (``trainer.v1`` names them so)
+TRAINER_POOLS = ("global_pool", "reward_pool", "teacher_pool")
 
 
 @dataclass(frozen=True)
@@ -53,6 +55,11 @@ class DoraSettings:
             requests drained or left the window). Forces ``hf`` replicas to hold one version, so
             the path runs on the CPU. Needs ``staleness >= 1``, at least two standalone replicas
             and ``load_balancer: dora``.
+        node_resources: a custom Ray resource per trainer resource pool (``global_pool``, and
+            ``reward_pool`` / ``teacher_pool`` where the run has them): the pool's placement
+            groups require it, so its workers start only on nodes that declare it (``ray start
+            --resources``). Pinning the trainer is what separates the groups on a multi-node
+            cluster: the standalone rollout replicas take the devices the trainer leaves.
     """
 
     staleness: int = 1
@@ -73,6 +80,7 @@ class DoraSettings:
     cap_after_rebalance: int = 4
     rebalance_threshold: float = 0.5
     single_version_replicas: bool = False
+    node_resources: dict[str, str] = field(default_factory=dict)
 
     def __post_init__(self) -> None:
         if not isinstance(self.staleness, int) or self.staleness < 0:
@@ -107,6 +115,11 @@ class DoraSettings:
             raise ValueError(
                 "load_balancer must be 'dora' with single_version_replicas (the dora balancer routes by replica version)"
             )
+        for pool, resource in dict(self.node_resources).items():
+            if pool not in TRAINER_POOLS:
+                raise ValueError(f"node_resources.{pool}: not a trainer resource pool (one of {list(TRAINER_POOLS)})")
+            if not isinstance(resource, str) or not resource.strip():
+                raise ValueError(f"node_resources.{pool} must name a custom Ray resource, got {resource!r}")
         self.balancer_config()  # the cap and threshold, validated by the core with their key path
 
     def balancer_config(self) -> Any:

@@ -59,6 +59,7 @@ from verl.utils.config import omega_conf_to_dataclass
 from verl.utils.debug import marked_timer
 from verl.utils.ray_utils import auto_await
 
+from longcat_plugins.runtime.placement import pin_resource_pools
 from longcat_plugins.schedulers.client import DoraLLMServerClient
 from longcat_plugins.schedulers.core.replicas import MIN_REPLICAS
 from longcat_plugins.schedulers.elastic import ElasticColocationPolicy
@@ -105,6 +106,7 @@ def check_config(config: DictConfig) -> list[str]:
         )
     problems.extend(_domain_problems(config))
     problems.extend(_single_version_problems(config))
+    problems.extend(_pool_problems(config))
     return problems
 
 
@@ -140,6 +142,22 @@ def _single_version_problems(config: DictConfig) -> list[str]:
             "versioning yet; set enable_switch=false"
         )
     return problems
+
+
+def _pool_problems(config: DictConfig) -> list[str]:
+    """``node_resources`` naming a trainer pool this run does not create (the pool would never be
+    pinned, and its workers would land wherever Ray puts them)."""
+    dora = OmegaConf.select(config, SETTINGS_PATH, default=None) or {}
+    pinned = dora.get("node_resources") or {}
+    pools = {"global_pool"}
+    if OmegaConf.select(config, "reward.reward_model.enable_resource_pool", default=False):
+        pools.add("reward_pool")
+    if OmegaConf.select(config, "distillation.enabled", default=False):
+        pools.add("teacher_pool")
+    return [
+        f"{SETTINGS_PATH}.node_resources.{pool}: this run has no resource pool {pool!r} (its pools: {sorted(pools)})"
+        for pool in sorted(set(map(str, pinned)) - pools)
+    ]
 
 
 def _domain_problems(config: DictConfig) -> list[str]:
@@ -360,6 +378,14 @@ class DoraTrainer(PPOTrainerSeparateAsync):
             sampler_kwargs=sampler.sampler_kwargs,
             refill_fn=self._add_prompts_to_generate,
             staleness=self.dora.staleness,
+        )
+
+    def _init_resource_pool_mgr(self) -> None:
+        """verl's pools, with those named in ``node_resources`` pinned to the nodes carrying
+        their resource (multi-node: trainer on its nodes, the rollout replicas on the rest)."""
+        super()._init_resource_pool_mgr()
+        self.resource_pool_manager = pin_resource_pools(
+            self.resource_pool_manager, dict(self.dora.node_resources), f"{SETTINGS_PATH}.node_resources"
         )
 
     def _setup(self) -> None:
