@@ -15,6 +15,7 @@ import pytest
 from longcat_plugins.environments.contract import EnvironmentLoadError, Episode, load_environment
 from longcat_plugins.environments.generate import EnvironmentGenerator
 from longcat_plugins.environments.noise import NoiseConfig
+from longcat_plugins.environments.rubric import mentions, string_values
 from longcat_plugins.environments.runtime import Task, ToolEnvironment
 from longcat_plugins.environments.spec import load_spec
 from longcat_plugins.environments.user_sim import Fact, ModelUserSimulator, UserScript, UserSimulatorUnavailable
@@ -117,7 +118,7 @@ def test_any_valid_chain_passes_and_wrong_ones_fail() -> None:
     assert all(isinstance(v, bool) for v in out.details.values())
     # wrong argument, and a right chain plus a stray write
     ep = env.new_episode("cancel", seed=0)
-    run(ep, [("cancel_order", {"order_id": "ORD-0002", "cancel_reason": "no_longer_needed"})])
+    run(ep, ep.golden_chain()[:2] + [("cancel_order", {"order_id": "ORD-0002", "cancel_reason": "no_longer_needed"})])
     assert ep.evaluate("57.50").score == pytest.approx(3 / 4)
     ep = env.new_episode("cancel", seed=0)
     run(ep, ep.golden_chain() + [("set_newsletter_subscription", {"customer_id": "CUS-0001", "newsletter": True})])
@@ -343,6 +344,29 @@ def hedging_env() -> ToolEnvironment:
         ],
     )
     return ToolEnvironment(spec, handmade_db(), list(spec.tools), [task])
+
+
+def test_a_write_to_an_id_the_episode_never_revealed_is_not_credited() -> None:
+    """Generated targets may follow a pattern (a policy found that many end in -0003): an id used
+    before any message or tool result showed it is a guess, and its record's items are not met."""
+    env = handmade()
+    guess = env.new_episode("cancel", seed=0)
+    run(guess, [("cancel_order", {"order_id": "ORD-0002", "cancel_reason": "found_cheaper"})])
+    out = guess.evaluate("The total was 57.50.")
+    assert "ORD-0002" in guess.guessed
+    assert out.details["0:db_field:order.ORD-0002.status"] is False
+    assert out.details["1:db_field:order.ORD-0002.cancel_reason"] is False
+    # looking it up afterwards does not make the earlier guess skill
+    run(guess, env.new_episode("cancel", seed=0).golden_chain()[:2])
+    run(guess, [("cancel_order", {"order_id": "ORD-0002", "cancel_reason": "found_cheaper"})])
+    assert not guess.evaluate("The total was 57.50.").success
+    # the same write after the lookups revealed the id is credited
+    found = env.new_episode("cancel", seed=0)
+    assert all(run(found, found.golden_chain()))
+    assert not found.guessed - {"found_cheaper"} and found.evaluate("The total was 57.50.").success
+    # an id stated by the user is no guess; a longer id containing it does not reveal it
+    assert mentions("It is ORD-0002, thanks", "ORD-0002") and not mentions("ORD-00021", "ORD-0002")
+    assert string_values({"a": "x", "b": [{"c": "y"}, 3], "d": " "}) == ["x", "y"]
 
 
 def test_a_hedged_answer_states_nothing_and_doing_nothing_earns_nothing() -> None:

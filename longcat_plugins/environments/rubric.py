@@ -10,6 +10,10 @@ A rubric is a list of items, each checked on its own (score = fraction met):
   yes and no, or a run of numbers states nothing, so hedging is never credited. An empty value
   (``""``, whitespace, ``None``) has no rendering, so it is never met: a required output must be
   something an answer can be checked against, not a pattern every answer contains;
+- a ``db_field`` or ``db_deleted`` item on a record whose key the agent *guessed* (used in a tool
+  call before any message or tool result it was shown contained it; the episode records these)
+  is not met: a write to an id the episode never revealed is luck, not skill, and a generator
+  whose target ids follow a pattern would otherwise pay for learning the pattern;
 - ``no_collateral``: nothing else in the database changed (no wrong record cancelled, no stray
   create), *and* some other item was met: doing nothing changes nothing, and earns nothing.
 
@@ -62,6 +66,22 @@ def _said(answer: str, forms: list[str]) -> bool:
 _NUMBER = re.compile(r"(?<![\w.\-/:])\d+(?:\.\d+)?(?![\w\-/:]|\.\d)")
 
 
+def string_values(arguments: Any) -> list[str]:
+    """Every string among a tool call's argument values (nested lists and objects included)."""
+    if isinstance(arguments, str):
+        return [arguments] if arguments.strip() else []
+    if isinstance(arguments, dict):
+        return [v for x in arguments.values() for v in string_values(x)]
+    if isinstance(arguments, list | tuple):
+        return [v for x in arguments for v in string_values(x)]
+    return []
+
+
+def mentions(text: str, value: str) -> bool:
+    """Whether ``value`` occurs in ``text`` as a whole token (``SHP-0003`` is not in ``SHP-00031``)."""
+    return re.search(r"(?<![\w-])" + re.escape(value) + r"(?![\w-])", text) is not None
+
+
 def _field_of(spec: Any, name: str) -> Any:
     """The entity field an output item ``tool.field`` reports, if the domain spec has one."""
     tool, _, field = str(name).partition(".")
@@ -101,8 +121,12 @@ def _same(a: Any, b: Any) -> bool:
     return a == b
 
 
-def evaluate(view: DBView, rubric: list[dict[str, Any]], final_answer: str = "") -> Outcome:
-    """Check every rubric item against the episode's final state and answer."""
+def evaluate(
+    view: DBView, rubric: list[dict[str, Any]], final_answer: str = "", guessed: set[str] | None = None
+) -> Outcome:
+    """Check every rubric item against the episode's final state and answer (``guessed``: the
+    argument values the agent used before it was shown them)."""
+    guessed = guessed or set()
     details: dict[str, Any] = {}
     notes: dict[str, Any] = {}
     met = 0
@@ -123,6 +147,7 @@ def evaluate(view: DBView, rubric: list[dict[str, Any]], final_answer: str = "")
         if kind == "db_field":
             rec = view.get(item["entity"], item["key"])
             ok = rec is not None and _same(rec.get(item["field"]), item["value"])
+            ok = ok and str(item["key"]) not in guessed
             allowed_fields.add((item["entity"], item["key"], item["field"]))
             name += f":{item['entity']}.{item['key']}.{item['field']}"
         elif kind == "db_created":
@@ -135,7 +160,7 @@ def evaluate(view: DBView, rubric: list[dict[str, Any]], final_answer: str = "")
             claimed |= {(item["entity"], k) for k in hits[:1]}
             name += f":{item['entity']}"
         elif kind == "db_deleted":
-            ok = view.get(item["entity"], item["key"]) is None
+            ok = view.get(item["entity"], item["key"]) is None and str(item["key"]) not in guessed
             allowed_deleted.add((item["entity"], item["key"]))
             name += f":{item['entity']}.{item['key']}"
         elif kind == "output":

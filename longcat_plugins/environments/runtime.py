@@ -28,6 +28,7 @@ from longcat_plugins.environments.contract import EnvironmentLoadError, Outcome,
 from longcat_plugins.environments.domain import BaseDB, DBView, Tables, Toolkit
 from longcat_plugins.environments.noise import CLEAN, NoiseConfig, ToolNoise
 from longcat_plugins.environments.rubric import evaluate as evaluate_rubric
+from longcat_plugins.environments.rubric import mentions, string_values
 from longcat_plugins.environments.spec import DomainSpec, parse_spec
 from longcat_plugins.environments.user_sim import Fact, ScriptedUser, UserScript, UserSimulator
 
@@ -196,6 +197,8 @@ class ToolEpisode:
         "tool_calls",
         "tool_errors",
         "latency_s",
+        "shown",
+        "guessed",
     )
 
     def __init__(
@@ -213,6 +216,11 @@ class ToolEpisode:
         self.tool_calls = 0
         self.tool_errors = 0
         self.latency_s = 0.0
+        #: every text the agent has been shown (policy, user turns, tool results), in order; the
+        #: opening is pure, so it is here even when a loop renders the prompt some other way
+        self.shown: list[str] = [env.policy, self.user.opening()]
+        #: argument values the agent used before anything it was shown contained them
+        self.guessed: set[str] = set()
 
     def tool_schemas(self) -> list[dict[str, Any]]:
         return self.env.tool_schemas()
@@ -225,6 +233,7 @@ class ToolEpisode:
 
     def call_tool(self, name: str, arguments: dict[str, Any] | str) -> ToolResult:
         self.tool_calls += 1
+        self._note_guesses(arguments)
         try:
             result = self._call(name, arguments)
         except Exception as exc:  # noqa: BLE001 - a rollout must never die on the policy's input
@@ -232,7 +241,21 @@ class ToolEpisode:
         if not result.ok:
             self.tool_errors += 1
         self.latency_s += result.latency_s
+        self.shown.append(result.content)
         return result
+
+    def _note_guesses(self, arguments: dict[str, Any] | str) -> None:
+        """Record the argument values nothing shown so far contained (an id typed before any
+        message or tool result revealed it is a guess, and the rubric does not credit it)."""
+        if isinstance(arguments, str):
+            try:
+                arguments = json.loads(arguments) if arguments.strip() else {}
+            except json.JSONDecodeError:
+                return
+        seen = "\n".join(self.shown)
+        for value in string_values(arguments):
+            if value not in self.guessed and not mentions(seen, value):
+                self.guessed.add(value)
 
     def _call(self, name: str, arguments: dict[str, Any] | str) -> ToolResult:
         if isinstance(arguments, str):
@@ -252,10 +275,13 @@ class ToolEpisode:
         return ToolResult(json.dumps(payload, default=str), ok, latency)
 
     def user_reply(self, assistant_text: str) -> str | None:
-        return self.user.reply(assistant_text)
+        reply = self.user.reply(assistant_text)
+        if reply is not None:
+            self.shown.append(reply)
+        return reply
 
     def evaluate(self, final_answer: str = "") -> Outcome:
-        return evaluate_rubric(self.view, self.task.rubric, final_answer)
+        return evaluate_rubric(self.view, self.task.rubric, final_answer, guessed=self.guessed)
 
     def golden_chain(self) -> list[tuple[str, dict[str, Any]]]:
         return [(n, dict(a)) for n, a in self.task.golden]
