@@ -5,8 +5,8 @@ Ray starts) it validates the whole config, applies the section's selection in th
 exports it as ``LONGCAT_PLUGINS_CONFIG`` so the Ray workers apply the same selection when they
 import verl. Workers of a cluster this driver starts inherit its environment; workers on nodes
 started by ``ray start`` (a multi-node cluster joined with ``ray_kwargs.ray_init.address``) do
-not, so the driver's ``LONGCAT_*`` variables also go into the job's ``runtime_env`` through
-Ray's ``RAY_RUNTIME_ENV_HOOK`` (:func:`runtime_env_hook`).
+not, so when the run joins a cluster the driver's ``LONGCAT_*`` variables also go into the job's
+``runtime_env`` through Ray's ``RAY_RUNTIME_ENV_HOOK`` (:func:`runtime_env_hook`).
 """
 
 from __future__ import annotations
@@ -81,7 +81,12 @@ class LongcatCallback(Callback):
             print(f"longcat-plugins: {ConfigError(problems, source=f'config {name!r}')}", file=sys.stderr)
             raise SystemExit(2)
         os.environ[ENV_CONFIG] = json.dumps(plain.get(SECTION) or {})
-        install_runtime_env_hook()
+        from longcat_plugins.runtime.preflight import joins_cluster
+
+        if joins_cluster(plain):
+            # only then: a job runtime_env with env_vars keeps Ray from reusing its prestarted
+            # workers, and workers of a cluster this driver starts inherit its environment anyway
+            install_runtime_env_hook()
         set_host(host)
         from longcat_plugins.verl_bridge import bridge
 
