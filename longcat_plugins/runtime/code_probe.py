@@ -50,11 +50,11 @@ def play(
     tools_style: str = "compact",
 ) -> CodeEpisodeResult:
     """One episode of the task ``info`` (a row's ``extra_info``) on a workspace of ``pool``."""
-    import torch
     from verl.experimental.agent_loop.tool_parser import ToolParser
 
     from longcat_plugins.environments.agent_loop import opening_messages, tool_message_body
     from longcat_plugins.environments.code_env.episode import CodeEnvSettings, CodeEpisode, get_task
+    from longcat_plugins.runtime.tool_probe import next_turn
 
     task = get_task(str(info["task_dir"]))
     episode = CodeEpisode(task, pool, CodeEnvSettings(), pool.acquire(str(info["task_dir"])))
@@ -64,21 +64,7 @@ def play(
         messages: list[dict[str, Any]] = [system, question]
         parser = ToolParser.get_tool_parser("hermes", tokenizer)
         for turn in range(max_turns):
-            ids = tokenizer.apply_chat_template(messages, add_generation_prompt=True, tokenize=True, return_dict=False)
-            prompt = torch.tensor([list(ids)])
-            with torch.no_grad():
-                gen = model.generate(
-                    prompt,
-                    attention_mask=torch.ones_like(prompt),
-                    max_new_tokens=max_turn_tokens,
-                    do_sample=do_sample,
-                    temperature=1.0 if do_sample else None,
-                    top_p=None,
-                    top_k=None,
-                    pad_token_id=tokenizer.pad_token_id,
-                    eos_token_id=tokenizer.eos_token_id,
-                )
-            new = gen[0, prompt.shape[1] :].tolist()
+            new = next_turn(model, tokenizer, messages, max_turn_tokens, do_sample)
             _, calls = asyncio.run(parser.extract_tool_calls(new, None))
             if turn == 0:
                 out.well_formed = bool(calls)

@@ -36,6 +36,29 @@ class Episode:
     success: bool = False
 
 
+def next_turn(
+    model: Any, tokenizer: Any, messages: list[dict[str, Any]], max_turn_tokens: int, do_sample: bool
+) -> list[int]:
+    """The token ids of the model's next assistant turn after ``messages`` (plain transformers)."""
+    import torch
+
+    ids = tokenizer.apply_chat_template(messages, add_generation_prompt=True, tokenize=True, return_dict=False)
+    prompt = torch.tensor([list(ids)])
+    with torch.no_grad():
+        gen = model.generate(
+            prompt,
+            attention_mask=torch.ones_like(prompt),
+            max_new_tokens=max_turn_tokens,
+            do_sample=do_sample,
+            temperature=1.0 if do_sample else None,
+            top_p=None,
+            top_k=None,
+            pad_token_id=tokenizer.pad_token_id,
+            eos_token_id=tokenizer.eos_token_id,
+        )
+    return gen[0, prompt.shape[1] :].tolist()
+
+
 def play(
     model: Any,
     tokenizer: Any,
@@ -47,7 +70,6 @@ def play(
     tools_style: str = "compact",
 ) -> Episode:
     """One episode of the task ``info`` (an env generator ``extra_info``) at noise 0."""
-    import torch
     from verl.experimental.agent_loop.tool_parser import ToolParser
 
     from longcat_plugins.environments.agent_loop import opening_messages, tool_message_body
@@ -62,21 +84,7 @@ def play(
     out = Episode()
     final = ""
     for turn in range(max_turns):
-        ids = tokenizer.apply_chat_template(messages, add_generation_prompt=True, tokenize=True, return_dict=False)
-        prompt = torch.tensor([list(ids)])
-        with torch.no_grad():
-            gen = model.generate(
-                prompt,
-                attention_mask=torch.ones_like(prompt),
-                max_new_tokens=max_turn_tokens,
-                do_sample=do_sample,
-                temperature=1.0 if do_sample else None,
-                top_p=None,
-                top_k=None,
-                pad_token_id=tokenizer.pad_token_id,
-                eos_token_id=tokenizer.eos_token_id,
-            )
-        new = gen[0, prompt.shape[1] :].tolist()
+        new = next_turn(model, tokenizer, messages, max_turn_tokens, do_sample)
         content, calls = asyncio.run(parser.extract_tool_calls(new, None))
         text = tokenizer.decode(new, skip_special_tokens=True)
         if turn == 0 and calls:
