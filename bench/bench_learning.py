@@ -20,7 +20,9 @@ at temperature 1 from the final checkpoint (plain transformers), scored with the
 reward, and the unbiased estimator 1 - C(n-c, k) / C(n, k) averaged over questions.
 
 Writes the JSON (exactly ``{"runs": [...]}``), ``learning_curves.json`` (accuracy per
-validation step and wall-clock, per run) and a PNG of the curves with seed bands beside it.
+validation step and wall-clock, and ``train``: per-step reward, PPO ratio statistics,
+``rollout_corr/kl``, length-clip share and staleness, from ``bench/learning_diagnostics.py``,
+per run) and a PNG of the curves with seed bands beside it.
 Runs go one after another; the machine is shared, so compare within one file.
 """
 
@@ -32,6 +34,8 @@ import shutil
 import tempfile
 from math import comb
 from pathlib import Path
+
+from learning_diagnostics import train_diagnostics
 
 #: objective -> overrides on the demo recipe
 OBJECTIVES: dict[str, list[str]] = {
@@ -186,7 +190,7 @@ def run(
         "arith_after": after["arith"],
         "settings": settings(steps, test_freq, extra, schedule),
     }
-    return {"run": entry, "curve": curve}
+    return {"run": entry, "curve": curve, "train": train_diagnostics(result.steps), "run_dir": str(run_dir)}
 
 
 def plot(curves: list[dict], path: Path) -> None:
@@ -282,13 +286,21 @@ def main() -> None:
                     args.schedule,
                 )
                 runs.append(got["run"])
-                curves.append({"objective": objective, "trainer": trainer, "seed": seed, "curve": got["curve"]})
+                curves.append(
+                    {
+                        "objective": objective,
+                        "trainer": trainer,
+                        "seed": seed,
+                        "curve": got["curve"],
+                        "train": got["train"],
+                    }
+                )
                 r = got["run"]
                 print(
                     f"{objective:>13} {trainer} seed {seed}: held-out {100 * r['acc_before']:.1f}% -> "
                     f"{100 * r['acc_after']:.1f}% in {r['steps']} steps, {r['wall_s']:.0f}s; pass@8 {r['pass_at_k'].get('8')}; "
                     f"form {r['form_before']:.2f} -> {r['form_after']:.2f}, arith {r['arith_before']:.2f} -> "
-                    f"{r['arith_after']:.2f}; time to target {r['time_to_target_s']}",
+                    f"{r['arith_after']:.2f}; time to target {r['time_to_target_s']}; run dir {got['run_dir']}",
                     flush=True,
                 )
                 out.parent.mkdir(parents=True, exist_ok=True)

@@ -222,3 +222,41 @@ def test_bench_append_refuses_rows_on_other_settings(tmp_path: Path) -> None:
         row = {"objective": "dora", "trainer": "sync", "seed": 2, "settings": other}
         with pytest.raises(ValueError, match=r"--append: .*l\.json holds a dora/sync seed 2 row"):
             check_append([same, row], wanted, tmp_path / "l.json")
+
+
+def test_learning_diagnostics_reads_verl_metrics_per_training_step(tmp_path: Path) -> None:
+    """The dips' diagnosis reads verl's file logger: one record per training step (step 0's
+    validation-only record is skipped), a metric the run did not log is None, not 0."""
+    import json
+    import sys
+
+    from conftest import REPO
+
+    sys.path.insert(0, str(REPO / "bench"))
+    try:
+        from learning_diagnostics import read_steps, train_diagnostics
+    finally:
+        sys.path.remove(str(REPO / "bench"))
+    lines = [
+        {"step": 0, "data": {"val-core/longcat/arithmetic/acc/mean@1": 0.3}},
+        {"step": 2, "data": {"critic/score/mean": 0.5, "actor/ppo_kl": 0.0, "rollout_corr/kl": 0.371704}},
+        {
+            "step": 1,
+            "data": {"critic/score/mean": 0.25, "response_length/clip_ratio": 0.99, "dora/staleness/mean": 1.0},
+        },
+    ]
+    (tmp_path / "metrics.jsonl").write_text("\n".join(json.dumps(x) for x in lines) + "\n")
+    rows = train_diagnostics(read_steps(tmp_path))
+    assert [r["step"] for r in rows] == [1, 2]
+    assert rows[0] == {
+        "step": 1,
+        "score": 0.25,
+        "ppo_kl": None,
+        "pg_clipfrac": None,
+        "rollout_corr_kl": None,
+        "clip_ratio": 0.99,
+        "staleness": 1.0,
+    }
+    assert rows[1]["rollout_corr_kl"] == 0.3717 and rows[1]["ppo_kl"] == 0.0 and rows[1]["staleness"] is None
+    with pytest.raises(SystemExit, match="no metrics.jsonl"):
+        read_steps(tmp_path / "missing")
