@@ -215,7 +215,7 @@ def test_stop_stale_stops_only_requests_on_versions_that_left_the_window(tiny: A
         )
         await asyncio.sleep(0.05)
         await server.update_weights(state, global_steps=3)
-        stopped = await server.stop_stale(3 - 1)
+        stopped = await server.stop_stale(3, 1)
         return [await asyncio.wait_for(old, 5.0), await fresh], stopped
 
     (old, fresh), stopped = asyncio.run(run())

@@ -526,12 +526,16 @@ class HFServer:
             "global_steps": self._extra(version)["global_steps"],
         }
 
-    async def stop_stale(self, min_global_steps: int, reason: str = "aborted") -> dict[str, Any]:
-        """Stop every queued or running request on a version trained to fewer than
-        ``min_global_steps`` steps (it left the staleness window: nothing it finishes would be
-        trained); their callers restart them from the prompt on the newest version."""
+    async def stop_stale(self, latest: int, staleness: int, reason: str = "aborted") -> dict[str, Any]:
+        """Stop every queued or running request on a version that left the staleness window of
+        ``latest`` (the scheduler core's ``is_fresh``, the rule the sampler trains by: nothing it
+        finishes would be trained); their callers restart them from the prompt on the newest."""
+        from longcat_plugins.schedulers.core.queue import is_fresh
+
         stopped: list[str] = []
-        stale = {v for v, (_, steps) in self.versions.items() if steps is not None and steps < min_global_steps}
+        stale = {
+            v for v, (_, steps) in self.versions.items() if steps is not None and not is_fresh(latest, steps, staleness)
+        }
         candidates = [(r, self._running_version) for r in self._running] if self._running_version in stale else []
         candidates += [(r, None) for r in self._queue if r.version in stale]
         for req, version in candidates:
