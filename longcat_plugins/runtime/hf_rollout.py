@@ -415,9 +415,9 @@ class HFServer:
 
     def _evict_versions(self) -> None:
         """Drop the versions the scheduler core's ``idle_or_stale`` eviction policy names, except
-        those a running batch still uses (a batch here cannot be stopped mid-decode; the trainer's
-        sampler drops its samples if they come back too stale). With no staleness bound at this
-        level that is: every version that is neither the newest nor in use."""
+        those a running batch still uses (its stale requests are stopped by ``stop_stale``) and,
+        after ``set_staleness``, those inside the window. Without a window that is: every version
+        that is neither the newest nor in use."""
         from longcat_plugins.schedulers.core.versions import EVICTION_POLICIES, EvictionContext
 
         if self.single_version:
