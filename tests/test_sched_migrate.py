@@ -36,7 +36,10 @@ def test_placed_migrations_keep_the_version_respect_the_cap_and_move_each_reques
         state.loading = latest if rng.random() < 0.2 else None
     roller.latest = latest
     ids = iter(range(1000))
-    loads = {n: tuple(f"q{next(ids)}" for _ in range(rng.randint(0, 8))) for n in names}
+    for name in names:
+        roller.replicas[name].inflight = {f"q{next(ids)}" for _ in range(rng.randint(0, 8))}
+    roller._decide()  # the state the roller's own events would have left (aborts, loads)
+    loads = {n: tuple(sorted(r.inflight)) for n, r in roller.replicas.items()}
     cap = rng.randint(1, 6)
     plan = greedy(BalanceContext(loads, cap, rng.choice([0.0, 0.25, 0.5])))
     version_of = {rid: roller.version_of(n) for n, q in loads.items() for rid in q}
@@ -55,6 +58,18 @@ def test_placed_migrations_keep_the_version_respect_the_cap_and_move_each_reques
         counts[move.target] += 1
         counts[move.source] -= 1
         assert counts[move.target] <= cap
+    # executed through the roller as the router does it (every move reserved on its target
+    # first, then released on its source): the target keeps the request's version until the
+    # continuation is done, whatever the releases make the roller load
+    for move in placed:
+        version = version_of[move.request_id]
+        assert roller.start(move.target, move.request_id, version=version) == version
+    for move in placed:
+        roller.finish(move.source, move.request_id)
+    for move in placed:
+        target = roller.replicas[move.target]
+        assert target.loading is None and target.version == version_of[move.request_id]
+        assert move.request_id in target.inflight and move.request_id not in roller.replicas[move.source].inflight
     # a move is dropped only when no replica holding its version had room
     for move in plan:
         if move.request_id not in {m.request_id for m in placed}:

@@ -108,6 +108,9 @@ class DoraLoadBalancer(GlobalRequestLoadBalancer):
         self.staleness = type(self).default_staleness if staleness is None else staleness
         #: request id -> the replica its migration was placed on, until it comes back pinned
         self._migrating: dict[str, str] = {}
+        #: request id -> target the roller already counts it on (so the target cannot start a
+        #: load between the stop and the continuation's arrival)
+        self._reserved: dict[str, str] = {}
         self._tasks: set[asyncio.Task] = set()
         self._reset_step()
 
@@ -134,11 +137,17 @@ class DoraLoadBalancer(GlobalRequestLoadBalancer):
         version (or, if none does, anywhere: the server refuses it and the client restarts it)."""
         pinned = extra.get(PIN_FIELD)
         target = self._migrating.pop(request_id, None)
+        reserved = self._reserved.pop(request_id, None)
+        if reserved is not None and not (pinned is not None and reserved == target):
+            self._unreserve(request_id, reserved)  # not coming back pinned to its target
+            reserved = None
         holders = self._holders(int(pinned)) if pinned is not None else None
         if holders is not None and not holders:
             pinned = holders = None
         if holders is not None and target in holders and target in self._inflight_requests:
-            return self._admit(target, request_id, pinned)
+            return self._admit(target, request_id, pinned, started=reserved == target)
+        if reserved is not None and reserved == target:
+            self._unreserve(request_id, reserved)
         waited_since: float | None = None
         while True:
             if not self._inflight_requests:
@@ -158,11 +167,15 @@ class DoraLoadBalancer(GlobalRequestLoadBalancer):
             self._step["wait_s"] += self._clock() - waited_since
         return self._admit(server_id, request_id, pinned)
 
-    def _admit(self, server_id: str, request_id: str, pinned: Any) -> tuple[str, Any]:
+    def _unreserve(self, request_id: str, replica: str) -> None:
+        if self.roller is not None and replica in self.roller.replicas:
+            self._queue_loads(self.roller.finish(replica, request_id))
+
+    def _admit(self, server_id: str, request_id: str, pinned: Any, started: bool = False) -> tuple[str, Any]:
         self._request_id_to_server[request_id] = server_id
         self._inflight_requests[server_id] += 1
         self._requests[server_id].append(request_id)
-        if self.roller is not None and server_id in self.roller.replicas:
+        if self.roller is not None and server_id in self.roller.replicas and not started:
             self.roller.start(server_id, request_id, version=None if pinned is None else int(pinned))
         if pinned is not None:
             self._step["continued_migrations"] += 1
@@ -232,6 +245,7 @@ class DoraLoadBalancer(GlobalRequestLoadBalancer):
         for ids in actions.aborted.values():
             for request_id in ids:
                 self._migrating.pop(request_id, None)
+                self._reserved.pop(request_id, None)  # the roller dropped it with its replica
         load = sorted(set(actions.load) | self._pending_loads)
         self._pending_loads.clear()
         self._wake()
@@ -332,6 +346,9 @@ class DoraLoadBalancer(GlobalRequestLoadBalancer):
         self._step["unplaced_migrations"] += len(plan) - len(placed)
         for move in placed:
             self._migrating[move.request_id] = move.target
+            if self.roller is not None and move.target in self.roller.replicas:
+                self.roller.start(move.target, move.request_id, version=self.roller.version_of(move.target))
+                self._reserved[move.request_id] = move.target
             task = asyncio.get_running_loop().create_task(self._stop(move))
             self._tasks.add(task)
             task.add_done_callback(self._tasks.discard)
@@ -346,6 +363,9 @@ class DoraLoadBalancer(GlobalRequestLoadBalancer):
             self._step["migrated_tokens"] += int(result.get("tokens", 0))
         else:  # it finished first (or never reached the server): it keeps its own output
             self._migrating.pop(move.request_id, None)
+            reserved = self._reserved.pop(move.request_id, None)
+            if reserved is not None:
+                self._unreserve(move.request_id, reserved)
             self._step["missed_migrations"] += 1
 
     async def stop_stale(self, version: int) -> int:
