@@ -20,6 +20,7 @@ from longcat_plugins.schedulers.core.balancer import BalanceContext, greedy, pla
 from longcat_plugins.schedulers.core.config import DoraConfig
 from longcat_plugins.schedulers.core.queue import is_fresh
 from longcat_plugins.schedulers.core.replicas import ReplicaRoller
+from longcat_plugins.schedulers.core.types import Migration
 from longcat_plugins.schedulers.load_balancer import DoraLoadBalancer
 
 
@@ -241,3 +242,48 @@ def test_stale_requests_are_stopped_at_publish_and_restarted_on_the_newest_versi
     for out, r in zip(outs, ref, strict=True):
         assert out.extra_fields["min_global_steps"] == out.extra_fields["max_global_steps"] == 3
         assert out.extra_fields["dora_restarts"] == 1 and out.token_ids == r.token_ids
+
+
+def test_single_version_replicas_execute_a_plan_on_the_replica_holding_the_version(tiny: Assets) -> None:
+    """Replica-granular versioning: two single-version servers on version 1 under the roller; a
+    plan moving two of replica a's four running requests to b is executed (b reserved in the
+    roller, the requests stopped on a and continued on b on version 1). The samples equal the
+    unmoved greedy decode and the roller ends with nothing in flight anywhere."""
+    base = HFServer({"prompt_length": 40, "response_length": 48}, {"local_path": str(tiny.model)})
+    v1 = {k: v.clone() for k, v in base.model.state_dict().items()}
+    servers = {}
+    for rank, name in enumerate(("a", "b")):
+        servers[name] = HFServer({"prompt_length": 40, "response_length": 48}, {"local_path": str(tiny.model)}, rank)
+        servers[name].eos_ids = set()
+        asyncio.run(servers[name].set_single_version(True))
+        asyncio.run(servers[name].update_weights(v1, global_steps=1))
+    a, b = servers["a"], servers["b"]
+    batch = _prompts(tiny, 4)
+    reference = [asyncio.run(a.generate(p, dict(GREEDY), request_id=f"ref{i}")) for i, p in enumerate(batch)]
+    lb = DoraLoadBalancer(
+        {n: Local(s) for n, s in servers.items()}, config=DoraConfig(balancer="none"), stop_requests=True, staleness=1
+    )
+    client = DoraLLMServerClient(OmegaConf.create({"actor_rollout_ref": {"rollout": {"name": "hf"}}}), Local(lb))
+
+    async def scenario() -> tuple[list, dict]:
+        await lb.enable_single_version(1, 1)
+        for i in range(4):
+            lb._request_id_to_server[f"s{i}"] = "a"  # verl's sticky sessions put all four on a
+        calls = [
+            asyncio.create_task(client.generate(f"s{i}", prompt_ids=p, sampling_params=dict(GREEDY)))
+            for i, p in enumerate(batch)
+        ]
+        while len(a._running) < 4 or len(a._running[0].tokens) < 4:
+            await asyncio.sleep(0.001)
+        lb._execute([Migration("s3", "a", "b"), Migration("s2", "a", "b")])
+        assert lb.roller.replicas["b"].inflight == {"s2", "s3"}  # reserved before the stop lands
+        outs = await asyncio.wait_for(asyncio.gather(*calls), 60)
+        return outs, await lb.end_step()
+
+    outs, metrics = asyncio.run(scenario())
+    assert metrics["dora/lb/executed_migrations"] == 2 and metrics["dora/lb/continued_migrations"] == 2
+    assert [o.extra_fields["dora_migrations"] for o in outs] == [0, 0, 1, 1] and b.stats["requests"] == 2
+    for out, ref in zip(outs, reference, strict=True):
+        assert out.extra_fields["min_global_steps"] == out.extra_fields["max_global_steps"] == 1
+        assert out.token_ids == ref.token_ids
+    assert all(not r.inflight for r in lb.roller.replicas.values())
