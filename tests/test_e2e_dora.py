@@ -72,7 +72,7 @@ def test_dora_streams_bounded_multi_version_samples(tiny_assets: Assets, tmp_pat
     # a low rebalance threshold: the core's balancer plans migrations as soon as two replicas'
     # loads differ by two, so the executed-migration path runs in a few steps
     result, steps, rollout = train_dora(
-        tiny_assets, tmp_path, ray_tmp, STEPS, "longcat.settings.scheduler.dora.rebalance_threshold=0.125"
+        tiny_assets, tmp_path, ray_tmp, STEPS, "+longcat.settings.scheduler.dora.rebalance_threshold=0.125"
     )
     updates = [r for r in rollout if r["event"] == "update"]
     batches = [r for r in rollout if r["event"] == "batch"]
