@@ -287,3 +287,11 @@ def test_single_version_replicas_execute_a_plan_on_the_replica_holding_the_versi
         assert out.extra_fields["min_global_steps"] == out.extra_fields["max_global_steps"] == 1
         assert out.token_ids == ref.token_ids
     assert all(not r.inflight for r in lb.roller.replicas.values())
+
+
+def test_migrate_requests_must_be_a_boolean() -> None:
+    from longcat_plugins.schedulers.settings import DoraSettings
+
+    with pytest.raises(ValueError, match="migrate_requests must be true or false"):
+        DoraSettings(migrate_requests="yes")  # type: ignore[arg-type]
+    assert DoraSettings().migrate_requests is True
