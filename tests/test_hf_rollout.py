@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import copy
 from pathlib import Path
 
 import pytest
@@ -125,3 +126,99 @@ def test_single_version_mode_holds_one_version_and_abort_stops_the_running_batch
 
     outs = asyncio.run(abort_during_a_batch())
     assert [o.stop_reason for o in outs] == ["aborted", "aborted"] and server.stats["aborted"] == 2
+
+
+def _model_logprobs(model: torch.nn.Module, prompt: list[int], response: list[int]) -> torch.Tensor:
+    """Independent reference: one teacher-forced float64 forward over prompt+response."""
+    ids = torch.tensor([prompt + response])
+    with torch.no_grad():
+        logits = copy.deepcopy(model).double()(ids).logits[0, len(prompt) - 1 : -1]
+    return torch.log_softmax(logits, -1).gather(-1, torch.tensor(response)[:, None]).squeeze(-1)
+
+
+def test_a_request_stopped_and_continued_elsewhere_on_its_version_equals_greedy_without_the_move(
+    tiny: Assets,
+) -> None:
+    """DORA's migration on the hf server: stop one request of a running batch (the others decode
+    on), continue it on another server from its prefix pinned to its version (re-prefill), and
+    the joined sample is exactly the greedy decode that never moved; its log-probs are the
+    one version's (a float64 recomputation), not the newer weights the target also holds."""
+    config = {"prompt_length": 32, "response_length": 48, "seed": 0}
+    source, target = (HFServer(config, {"local_path": str(tiny.model)}, replica_rank=r) for r in (0, 1))
+    old = {k: v.clone() for k, v in source.model.state_dict().items()}
+    new = {k: v + 0.05 * torch.randn_like(v) for k, v in old.items()}
+    for server in (source, target):
+        server.eos_ids = set()  # full length: long enough to stop mid-decode
+        asyncio.run(server.set_staleness(1))
+        asyncio.run(server.update_weights(old, global_steps=1))
+    batch = prompts(tiny, 3)
+    greedy = {"temperature": 0, "logprobs": True, "max_tokens": 40}
+    reference = asyncio.run(generate_all(source, batch, greedy))
+    asyncio.run(target.update_weights(new, global_steps=2))  # target holds 1 and 2 (window 1)
+    assert sorted(s for _, s in target.versions.values()) == [1, 2]
+
+    async def migrate() -> tuple[list, object, dict]:
+        running = asyncio.create_task(generate_all(source, batch, greedy))
+        while not source._running or len(source._running[0].tokens) < 5:
+            await asyncio.sleep(0.001)
+        stop = await source.stop_request("0")
+        outs = await running  # request 0 returns at once; 1 and 2 finish undisturbed
+        part = outs[0]
+        rest = await target.generate(
+            batch[0],
+            dict(greedy),
+            request_id="0",
+            dora_version=part.extra_fields["global_steps"],
+            dora_prefix=part.token_ids,
+        )
+        return outs, rest, stop
+
+    outs, rest, stop = asyncio.run(migrate())
+    part = outs[0]
+    assert part.stop_reason == "migrated" and stop["stopped"] and stop["tokens"] == len(part.token_ids)
+    assert 5 <= len(part.token_ids) < 40 and part.extra_fields["global_steps"] == 1
+    assert [o.token_ids for o in outs[1:]] == [o.token_ids for o in reference[1:]]
+    assert rest.stop_reason == "completed" and rest.extra_fields["global_steps"] == 1
+    joined = part.token_ids + rest.token_ids
+    assert joined == reference[0].token_ids and len(joined) == 40  # the budget is the original one
+    lps = torch.tensor(part.log_probs + rest.log_probs, dtype=torch.float64)
+    assert torch.allclose(lps, torch.tensor(reference[0].log_probs, dtype=torch.float64), atol=1e-4)
+    one_version = _model_logprobs(source.versions[source.local_version(1)][0], batch[0], joined)
+    assert torch.allclose(lps, one_version, atol=1e-4), (lps - one_version).abs().max()
+    newer = _model_logprobs(target.model, batch[0], joined)
+    assert not torch.allclose(lps, newer, atol=1e-3)  # the check can tell the versions apart
+
+    # a version the server does not hold is refused, not silently replaced
+    gone = asyncio.run(target.generate(batch[0], dict(greedy), request_id="x", dora_version=7, dora_prefix=[1]))
+    assert gone.stop_reason == "version_unavailable" and gone.token_ids == []
+    # a request that already finished is not stopped: nothing is produced twice
+    assert asyncio.run(source.stop_request("0")) == {"stopped": False, "tokens": 0}
+
+
+def test_stop_stale_stops_only_requests_on_versions_that_left_the_window(tiny: Assets) -> None:
+    """Stale abort: after version 3 is published with staleness 1, requests running on version
+    1 are stopped at once (their callers restart them); a request pinned to version 2 decodes on."""
+    server = HFServer({"prompt_length": 32, "response_length": 300, "seed": 0}, {"local_path": str(tiny.model)})
+    server.eos_ids = set()
+    state = {k: v.clone() for k, v in server.model.state_dict().items()}
+    batch = prompts(tiny, 2)
+
+    async def run() -> tuple[list, dict]:
+        await server.set_staleness(2)
+        await server.update_weights(state, global_steps=1)
+        old = asyncio.create_task(server.generate(batch[0], {"temperature": 1.0}, request_id="old"))
+        while not server._running:
+            await asyncio.sleep(0.001)
+        await server.update_weights(state, global_steps=2)
+        fresh = asyncio.create_task(
+            server.generate(batch[1], {"temperature": 1.0, "max_tokens": 20}, "fresh", dora_version=2)
+        )
+        await asyncio.sleep(0.05)
+        await server.update_weights(state, global_steps=3)
+        stopped = await server.stop_stale(3, 1)
+        return [await asyncio.wait_for(old, 5.0), await fresh], stopped
+
+    (old, fresh), stopped = asyncio.run(run())
+    assert stopped == {"stopped": ["old"]} and server.stats["stale_stopped"] == 1
+    assert old.stop_reason == "aborted" and 0 < len(old.token_ids) < 300 and old.extra_fields["global_steps"] == 1
+    assert fresh.stop_reason == "completed" and len(fresh.token_ids) == 20 and fresh.extra_fields["global_steps"] == 2

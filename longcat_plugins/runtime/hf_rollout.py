@@ -12,6 +12,16 @@ while the next one loads beside it). :meth:`HFServer.set_single_version` makes i
 one, as vLLM and SGLang do: a load waits for the running batch and replaces the weights in
 place, and an abort also stops the running batch. DORA's replica-granular versioning uses this
 to run the single-version engines' path on the CPU.
+
+Per-request control (DORA's migration and stale abort): :meth:`HFServer.stop_request` stops one
+queued or running request (the rest of its batch decodes on) and hands its caller the partial
+output (tokens, log-probs, the version it ran on) with a distinct ``stop_reason``;
+:meth:`HFServer.stop_stale` does that for every request on a version older than a bound. A
+stopped request continues elsewhere through ``generate(..., dora_version=, dora_prefix=)``: the
+pinned version (by ``global_steps``) and the tokens generated so far, re-prefilled with the
+prompt (a KV cache cannot travel between processes). :meth:`HFServer.set_staleness` makes a
+multi-version server keep every version inside the staleness window, so any replica can
+continue a request of any live version.
 """
 
 from __future__ import annotations
@@ -22,6 +32,7 @@ import hashlib
 import json
 import logging
 import os
+import threading
 import time
 from collections.abc import AsyncIterator, Generator, Iterable
 from dataclasses import dataclass, field
@@ -40,6 +51,10 @@ SERVER_PREFIX = "hf_server"
 ENV_TRACE = "LONGCAT_HF_ROLLOUT_TRACE"
 #: how long the batcher waits for requests that arrive together before decoding
 BATCH_WINDOW_S = 0.005
+#: ``stop_reason`` of a request stopped to move it to another replica (continued from its prefix)
+MIGRATED = "migrated"
+#: ``stop_reason`` of a pinned continuation whose version this server does not hold
+UNAVAILABLE = "version_unavailable"
 
 
 def server_name(replica_rank: int, node_rank: int = 0, suffix: str = "") -> str:
@@ -55,6 +70,16 @@ class _Request:
     top_p: float
     want_logprobs: bool
     future: asyncio.Future = field(repr=False)
+    request_id: str = ""
+    #: local weights version this request must run on (a pinned continuation), else the newest
+    version: int | None = None
+    #: tokens generated so far by the row (the decode thread appends under ``lock``)
+    tokens: list[int] = field(default_factory=list)
+    logprobs: list[float] = field(default_factory=list)
+    finished: bool = False
+    #: why the request was stopped early (``stop_request``), None while it may decode on
+    stopped: str | None = None
+    lock: threading.Lock = field(default_factory=threading.Lock, repr=False)
 
 
 def _cfg(obj: Any, key: str, default: Any = None) -> Any:
@@ -102,21 +127,44 @@ class HFServer:
         self._wake: asyncio.Event | None = None
         self._lock: asyncio.Lock | None = None
         self._loop_task: asyncio.Task | None = None
-        self.stats = {"requests": 0, "batches": 0, "generated_tokens": 0, "max_batch": 0, "aborted": 0}
+        self.stats = {
+            "requests": 0,
+            "batches": 0,
+            "generated_tokens": 0,
+            "max_batch": 0,
+            "aborted": 0,
+            "stopped": 0,
+            "stopped_tokens": 0,
+            "stale_stopped": 0,
+        }
         self.single_version = False
         self.max_versions_held = 1
         #: the batch being decoded, and whether an abort asked it to stop
         self._running: list[_Request] = []
+        self._running_version: int | None = None
         self._cancel = False
+        #: multi-version: keep every version within this many steps of the newest (None: only in-use ones)
+        self.keep_window: int | None = None
 
     # -- generation ------------------------------------------------------------------------
 
     async def generate(
-        self, prompt_ids: list[int], sampling_params: dict[str, Any], request_id: str, **kwargs: Any
+        self,
+        prompt_ids: list[int],
+        sampling_params: dict[str, Any],
+        request_id: str,
+        dora_version: int | None = None,
+        dora_prefix: list[int] | None = None,
+        **kwargs: Any,
     ) -> TokenOutput:
-        """Token-in/token-out generation (verl's ``LLMServerClient`` calls this)."""
+        """Token-in/token-out generation (verl's ``LLMServerClient`` calls this).
+
+        ``dora_version`` (a ``global_steps``) pins the weights version; ``dora_prefix`` is the
+        response generated so far elsewhere: the budget (``max_tokens``, ``max_model_len``) is
+        the original request's minus the prefix, and the output holds the continuation only."""
         self._ensure_loop()
         prompt_ids = [int(t) for t in prompt_ids]
+        prefix = [int(t) for t in dora_prefix or []]
         room = self.max_model_len - len(prompt_ids)
         if room < 1:
             raise ValueError(
@@ -126,14 +174,24 @@ class HFServer:
         max_tokens = params.get("max_tokens", params.get("max_new_tokens"))
         if max_tokens is None:
             max_tokens = min(self.response_length, self.prompt_length + self.response_length - len(prompt_ids))
+        version = None
+        if dora_version is not None:
+            version = self.local_version(int(dora_version))
+            if version is None:
+                return TokenOutput(token_ids=[], log_probs=[], stop_reason=UNAVAILABLE, extra_fields=self._extra(None))
+        budget = max(1, min(int(max_tokens), room)) - len(prefix)
+        if budget < 1:  # the prefix already used the whole budget: nothing left to generate
+            return TokenOutput(token_ids=[], log_probs=[], stop_reason="completed", extra_fields=self._extra(version))
         request = _Request(
-            prompt_ids=prompt_ids,
-            max_tokens=max(1, min(int(max_tokens), room)),
+            prompt_ids=prompt_ids + prefix,
+            max_tokens=budget,
             temperature=float(params.get("temperature", 1.0) or 0.0),
             top_k=int(params.get("top_k", -1) if params.get("top_k") is not None else -1),
             top_p=float(params.get("top_p", 1.0) if params.get("top_p") is not None else 1.0),
             want_logprobs=bool(params.get("logprobs", False)),
             future=asyncio.get_running_loop().create_future(),
+            request_id=str(request_id),
+            version=version,
         )
         self._queue.append(request)
         assert self._wake is not None
@@ -155,21 +213,23 @@ class HFServer:
             self._wake.clear()
             await asyncio.sleep(BATCH_WINDOW_S)
             while self._queue:
-                batch, self._queue = self._queue[: self.max_batch_size], self._queue[self.max_batch_size :]
                 async with self._lock:
-                    version = self.weights_version  # pinned: the whole batch runs on this version
+                    batch, version = self._take_batch()
+                    if not batch:
+                        continue
                     self.in_use[version] = self.in_use.get(version, 0) + 1
-                    self._running, self._cancel = batch, False
+                    self._running, self._running_version, self._cancel = batch, version, False
                     self.busy_since = time.time()
                     try:
                         outputs = await asyncio.to_thread(self._generate_batch, batch, version)
+                        self.stats["stopped_tokens"] += sum(len(r.tokens) for r in batch if r.stopped)
                     except Exception as exc:  # noqa: BLE001 - hand the failure to every waiting caller
                         for req in batch:
                             if not req.future.done():
                                 req.future.set_exception(exc)
                         continue
                     finally:
-                        self._running = []
+                        self._running, self._running_version = [], None
                         self.in_use[version] -= 1
                         elapsed = time.time() - self.busy_since
                         self.busy_s += elapsed
@@ -210,22 +270,24 @@ class HFServer:
 
         out = model(input_ids=input_ids, attention_mask=attention, position_ids=positions, use_cache=True)
         past, logits = out.past_key_values, out.logits[:, -1, :].float()
-        tokens: list[list[int]] = [[] for _ in batch]
-        logprobs: list[list[float]] = [[] for _ in batch]
-        done = [False] * size
+        done = [req.stopped is not None for req in batch]
         for _ in range(max(limits)):
             scaled = logits / temperature[:, None]
             log_dist = torch.log_softmax(scaled, dim=-1)  # "processed" log-probs: after temperature
             sampled = self._sample(scaled, greedy, top_k, top_p)
             chosen_lp = log_dist.gather(-1, sampled[:, None]).squeeze(-1)
-            for i in range(size):
+            for i, req in enumerate(batch):
                 if done[i]:
                     continue
-                token = int(sampled[i])
-                tokens[i].append(token)
-                logprobs[i].append(float(chosen_lp[i]))
-                if token in self.eos_ids or len(tokens[i]) >= limits[i]:
-                    done[i] = True
+                with req.lock:  # stop_request reads tokens and log-probs as one consistent prefix
+                    if req.stopped is not None:
+                        done[i] = True
+                        continue
+                    token = int(sampled[i])
+                    req.tokens.append(token)
+                    req.logprobs.append(float(chosen_lp[i]))
+                    if token in self.eos_ids or len(req.tokens) >= limits[i]:
+                        done[i] = req.finished = True
             if all(done) or self._cancel:
                 break
             step_ids = torch.where(torch.tensor(done), torch.full_like(sampled, self.pad_id), sampled)
@@ -242,17 +304,42 @@ class HFServer:
         self.stats["requests"] += size
         self.stats["batches"] += 1
         self.stats["max_batch"] = max(self.stats["max_batch"], size)
-        self.stats["generated_tokens"] += sum(len(t) for t in tokens)
-        extra = {"global_steps": version_steps, "weights_version": version, "replica": self.replica_rank}
-        return [
-            TokenOutput(
-                token_ids=tokens[i],
-                log_probs=logprobs[i] if batch[i].want_logprobs else None,
-                stop_reason="completed",
-                extra_fields=dict(extra),
-            )
-            for i in range(size)
-        ]
+        self.stats["generated_tokens"] += sum(len(r.tokens) for r in batch)
+        return [self._output(req, version, "completed") for req in batch]
+
+    def _output(self, req: _Request, version: int | None, reason: str) -> TokenOutput:
+        """``req``'s tokens so far (call with ``req.lock`` held or after its batch ended)."""
+        return TokenOutput(
+            token_ids=list(req.tokens),
+            log_probs=list(req.logprobs) if req.want_logprobs else None,
+            stop_reason=reason,
+            extra_fields=self._extra(version),
+        )
+
+    def _extra(self, version: int | None) -> dict[str, Any]:
+        steps = self.versions[version][1] if version in self.versions else None
+        return {"global_steps": steps, "weights_version": version, "replica": self.replica_rank}
+
+    def local_version(self, global_steps: int) -> int | None:
+        """The held weights version trained to ``global_steps`` (the newest such), else None."""
+        held = [v for v, (_, steps) in self.versions.items() if steps == global_steps]
+        return max(held) if held else None
+
+    def _take_batch(self) -> tuple[list[_Request], int]:
+        """The next batch: queued requests on one version (the oldest request's, pinned or the
+        newest), in arrival order; pinned requests whose version is gone get ``UNAVAILABLE``."""
+        for req in [r for r in self._queue if r.version is not None and r.version not in self.versions]:
+            self._queue.remove(req)
+            if not req.future.done():
+                req.future.set_result(TokenOutput(token_ids=[], log_probs=[], stop_reason=UNAVAILABLE))
+        if not self._queue:
+            return [], self.weights_version
+        version = self._queue[0].version if self._queue[0].version is not None else self.weights_version
+        batch = [r for r in self._queue if (r.version if r.version is not None else self.weights_version) == version]
+        batch = batch[: self.max_batch_size]
+        taken = {id(r) for r in batch}
+        self._queue = [r for r in self._queue if id(r) not in taken]
+        return batch, version
 
     def _sample(
         self, scaled: torch.Tensor, greedy: torch.Tensor, top_k: list[int], top_p: torch.Tensor
@@ -294,7 +381,8 @@ class HFServer:
     def _load(self, named_tensors: dict[str, torch.Tensor], global_steps: int | None) -> str:
         # no await from here to the swap: the batch loop cannot pin the model in between
         current = self.weights_version
-        model = copy.deepcopy(self.model) if self.in_use.get(current, 0) > 0 else self.model
+        keep = self.in_use.get(current, 0) > 0 or (self.keep_window is not None and not self.single_version)
+        model = copy.deepcopy(self.model) if keep else self.model
         model.load_state_dict(named_tensors, strict=False)
         model.eval()
         self.weights_version = current + 1
@@ -327,9 +415,9 @@ class HFServer:
 
     def _evict_versions(self) -> None:
         """Drop the versions the scheduler core's ``idle_or_stale`` eviction policy names, except
-        those a running batch still uses (a batch here cannot be stopped mid-decode; the trainer's
-        sampler drops its samples if they come back too stale). With no staleness bound at this
-        level that is: every version that is neither the newest nor in use."""
+        those a running batch still uses (its stale requests are stopped by ``stop_stale``) and,
+        after ``set_staleness``, those inside the window. Without a window that is: every version
+        that is neither the newest nor in use."""
         from longcat_plugins.schedulers.core.versions import EVICTION_POLICIES, EvictionContext
 
         if self.single_version:
@@ -339,8 +427,16 @@ class HFServer:
             return
         live = tuple(sorted(self.versions))
         ctx = EvictionContext(live, self.weights_version, staleness=len(live), active=dict(self.in_use))
+        newest = self.versions[self.weights_version][1]
         for version in EVICTION_POLICIES["idle_or_stale"](ctx):
-            if self.in_use.get(version, 0) == 0:
+            steps = self.versions[version][1]
+            retained = (
+                self.keep_window is not None
+                and newest is not None
+                and steps is not None
+                and newest - steps <= self.keep_window
+            )
+            if self.in_use.get(version, 0) == 0 and not retained:
                 del self.versions[version]
                 self.in_use.pop(version, None)
 
@@ -382,6 +478,71 @@ class HFServer:
                 req.future.set_result(TokenOutput(token_ids=[], log_probs=[], stop_reason="aborted"))
         self.stats["aborted"] += len(aborted)
         return len(aborted)
+
+    async def set_staleness(self, staleness: int | None) -> None:
+        """Multi-version: keep every version whose ``global_steps`` is within ``staleness`` of the
+        newest (the window DORA trains from), so a request of any live version can be continued
+        here after a migration; costs one model copy per kept version."""
+        self.keep_window = None if staleness is None else int(staleness)
+        self._evict_versions()
+
+    def _find(self, request_id: str) -> tuple[_Request | None, int | None]:
+        """The queued or running request ``request_id`` and the version it runs on."""
+        for req in self._running:
+            if req.request_id == request_id and not req.future.done():
+                return req, self._running_version
+        for req in self._queue:
+            if req.request_id == request_id and not req.future.done():
+                return req, None
+        return None, None
+
+    def _stop(self, req: _Request, version: int | None, reason: str) -> int:
+        """Stop ``req`` now and hand its caller the tokens so far (or its full output if it has
+        just finished): returns how many tokens it carries, -1 if it had finished."""
+        if req in self._queue:
+            self._queue.remove(req)
+        with req.lock:
+            finished = req.finished
+            req.stopped = req.stopped or (None if finished else reason)
+            out = self._output(req, version, "completed" if finished else reason)
+        if not req.future.done():
+            req.future.set_result(out)
+        if finished:
+            return -1
+        self.stats["stopped"] += 1
+        return len(out.token_ids)
+
+    async def stop_request(self, request_id: str, reason: str = MIGRATED) -> dict[str, Any]:
+        """Stop one queued or running request (its batch decodes on without it); its caller gets
+        the partial output with ``stop_reason=reason``. A request that already finished gets its
+        complete output instead (``stopped: False``), so nothing is generated twice."""
+        req, version = self._find(str(request_id))
+        if req is None:
+            return {"stopped": False, "tokens": 0}
+        carried = self._stop(req, version, reason)
+        return {
+            "stopped": carried >= 0,
+            "tokens": max(carried, 0),
+            "global_steps": self._extra(version)["global_steps"],
+        }
+
+    async def stop_stale(self, latest: int, staleness: int, reason: str = "aborted") -> dict[str, Any]:
+        """Stop every queued or running request on a version that left the staleness window of
+        ``latest`` (the scheduler core's ``is_fresh``, the rule the sampler trains by: nothing it
+        finishes would be trained); their callers restart them from the prompt on the newest."""
+        from longcat_plugins.schedulers.core.queue import is_fresh
+
+        stopped: list[str] = []
+        stale = {
+            v for v, (_, steps) in self.versions.items() if steps is not None and not is_fresh(latest, steps, staleness)
+        }
+        candidates = [(r, self._running_version) for r in self._running] if self._running_version in stale else []
+        candidates += [(r, None) for r in self._queue if r.version in stale]
+        for req, version in candidates:
+            if not req.future.done() and self._stop(req, version, reason) >= 0:
+                stopped.append(req.request_id)
+        self.stats["stale_stopped"] += len(stopped)
+        return {"stopped": stopped}
 
     async def abort_all_requests(self, reject_request: bool = False) -> dict[str, Any]:
         """Abort the queued requests; in single-version mode also the running batch, which stops

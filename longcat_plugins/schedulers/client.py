@@ -8,6 +8,18 @@ records that version in ``min_global_steps == max_global_steps``. A replica that
 serving a request is taken out of the load balancer and the request is restarted on another:
 no sample is lost, and because the dead replica's partial output is discarded, none is
 duplicated.
+
+A request the load balancer *migrates* comes back ``stop_reason="migrated"`` with its partial
+output (tokens, log-probs, the ``global_steps`` of its version): the client asks the balancer
+again with that version pinned (acquire field ``dora_version``, routed to a replica holding it)
+and continues from the generated prefix there (``dora_prefix``: the server re-prefills prompt +
+prefix and generates within the original budget minus the prefix). The output handed to the
+agent loop is ONE sample: prefix + continuation tokens and log-probs, one version
+(``min_global_steps == max_global_steps``), with ``dora_migrations`` and
+``dora_migrated_tokens`` (tokens carried over instead of recomputed). A continuation that
+cannot run on its version (no replica holds it any more) or whose replica dies restarts from
+the prompt, as an abort does; the carried prefix is then dropped, never joined to another
+version's tokens.
 """
 
 from __future__ import annotations
@@ -23,6 +35,8 @@ from verl.workers.rollout.replica import TokenOutput
 logger = logging.getLogger(__name__)
 
 ABORTED = ("aborted", "abort")
+MIGRATED = "migrated"
+UNAVAILABLE = "version_unavailable"
 #: restarts of one request before the error is raised to the agent loop
 MAX_RESTARTS = 8
 RESTART_DELAY_S = 0.05
@@ -40,11 +54,22 @@ class DoraLLMServerClient(LLMServerClient):
         self._serving[request_id] = server_id
         return server_id, handle
 
+    def _vllm_request_id(self, request_id: str) -> str:
+        """The agent loop's request id, so the balancer can name a running request to the server
+        (verl's default is a fresh id per call)."""
+        return request_id
+
     async def generate(self, request_id: str, **kwargs: Any) -> TokenOutput:  # type: ignore[override]
-        restarts = 0
+        restarts = migrations = 0
+        prefix: list[int] = []
+        prefix_lps: list[float] | None = []
+        pin: int | None = None
         while True:
+            call = dict(kwargs)
+            if pin is not None:
+                call.update(dora_version=pin, dora_prefix=list(prefix))
             try:
-                output = await super().generate(request_id, **kwargs)
+                output = await super().generate(request_id, **call)
             except (ray.exceptions.RayActorError, ray.exceptions.ActorUnavailableError) as exc:
                 dead = self._serving.get(request_id)
                 if restarts >= MAX_RESTARTS:
@@ -53,16 +78,38 @@ class DoraLLMServerClient(LLMServerClient):
                 if dead is not None:
                     await self._load_balancer.remove_servers.remote([dead])
             else:
-                if output.stop_reason not in ABORTED:
+                version = output.extra_fields.get("global_steps")
+                if output.stop_reason == MIGRATED:
+                    if version is None or (pin is not None and version != pin):
+                        prefix, prefix_lps, pin = [], [], None  # nothing to pin: start over (nothing kept)
+                    else:
+                        prefix, prefix_lps = prefix + list(output.token_ids), _join(prefix_lps, output.log_probs)
+                        pin = version if prefix else None
+                    migrations += 1
+                    continue
+                if output.stop_reason not in ABORTED and output.stop_reason != UNAVAILABLE:
                     self._serving.pop(request_id, None)
-                    version = output.extra_fields.get("global_steps")
-                    # the whole sample came from one attempt, hence one version
+                    if pin is not None:
+                        assert version == pin, f"continuation of {request_id} ran on {version}, not its version {pin}"
+                        output.token_ids = prefix + list(output.token_ids)
+                        output.log_probs = _join(prefix_lps, output.log_probs)
+                    # the whole sample came from one version (one attempt, or a prefix continued on it)
                     output.extra_fields["min_global_steps"] = version
                     output.extra_fields["max_global_steps"] = version
                     output.extra_fields["dora_restarts"] = restarts
+                    output.extra_fields["dora_migrations"] = migrations
+                    output.extra_fields["dora_migrated_tokens"] = len(prefix)
                     return output
                 if restarts >= MAX_RESTARTS:
                     self._serving.pop(request_id, None)
                     return output
+            prefix, prefix_lps, pin = [], [], None  # a restart is from the prompt
             restarts += 1
             await asyncio.sleep(RESTART_DELAY_S)
+
+
+def _join(head: list[float] | None, tail: list[float] | None) -> list[float] | None:
+    """Log-probs of prefix + continuation (None when the request asked for none)."""
+    if tail is None:
+        return None
+    return list(head or []) + list(tail)

@@ -12,11 +12,19 @@ The rebalance decision is the core's: after every load change the balancer strat
 :mod:`~longcat_plugins.schedulers.core.balancer` (``BALANCERS[config.balancer]``, ``greedy`` by
 default: load spread at ``rebalance_threshold``) is asked for a plan over the replicas'
 in-flight request ids, and the first non-empty plan of a step switches the cap, as
-``DoraController.rebalance`` does. The plan itself cannot be executed: verl's rollout servers
-(vLLM, SGLang, ``hf``) have no API to move a running request with its KV cache to another
-engine, so the migrations are counted (``dora/lb/planned_migrations``) and the cap alone
-does the balancing, by holding new requests back until the long tail has drained.
-:meth:`end_step` (called by the trainer after each weight update) returns the step's
+``DoraController.rebalance`` does (``dora/lb/planned_migrations``).
+
+With ``stop_requests`` (servers with a per-request stop: the ``hf`` server's ``stop_request``
+and ``stop_stale``) the plan is also *executed*: each move is placed on a replica that holds the
+request's version (:func:`~longcat_plugins.schedulers.core.balancer.place_migrations`; under
+replica-granular versioning the roller's replicas serving that version, else any replica, since
+multi-version servers keep the whole window), the request is stopped on its source, and when
+:class:`~longcat_plugins.schedulers.client.DoraLLMServerClient` comes back for it with its
+version pinned (acquire field ``dora_version``) it is routed to that target, where it continues
+from its generated prefix (``dora/lb/executed_migrations``, ``dora/lb/migrated_tokens``).
+:meth:`end_step` (called by the trainer after each weight update, with the published version)
+stops at once every request on a version that left the staleness window
+(``dora/lb/stale_aborted``; their releases wake the waiting acquires), returns the step's
 ``dora/lb/*`` metrics and starts the next step's phase.
 
 With replica-granular versioning (``single_version_replicas``; :meth:`enable_single_version`)
@@ -43,14 +51,17 @@ from typing import Any, ClassVar
 import ray
 from verl.workers.rollout.router import DEFAULT_ROUTING_CACHE_SIZE, GlobalRequestLoadBalancer
 
-from longcat_plugins.schedulers.core.balancer import BALANCERS, BalanceContext, TwoPhaseCap
+from longcat_plugins.schedulers.core.balancer import BALANCERS, BalanceContext, TwoPhaseCap, place_migrations
 from longcat_plugins.schedulers.core.config import DoraConfig
 from longcat_plugins.schedulers.core.metrics import LoadMeter
 from longcat_plugins.schedulers.core.replicas import Actions, ReplicaRoller
+from longcat_plugins.schedulers.core.types import Migration
 
 #: concurrent calls the actor accepts: waiting acquires plus everything else
 MAX_CONCURRENCY = 100_000
 NO_SERVERS = "No available servers in load balancer"  # verl's message, matched by its clients
+#: acquire field of a request continuing on a pinned version (a migration): its ``global_steps``
+PIN_FIELD = "dora_version"
 
 
 class DoraLoadBalancer(GlobalRequestLoadBalancer):
@@ -63,6 +74,8 @@ class DoraLoadBalancer(GlobalRequestLoadBalancer):
     """
 
     default_config: ClassVar[DoraConfig | None] = None
+    default_stop_requests: ClassVar[bool] = False
+    default_staleness: ClassVar[int | None] = None
 
     def __init__(
         self,
@@ -71,6 +84,8 @@ class DoraLoadBalancer(GlobalRequestLoadBalancer):
         full_determinism: bool = False,
         config: DoraConfig | None = None,
         clock: Callable[[], float] = time.monotonic,
+        stop_requests: bool | None = None,
+        staleness: int | None = None,
     ) -> None:
         if full_determinism:
             raise ValueError("DoraLoadBalancer: rollout.full_determinism routing is not supported; use verl's balancer")
@@ -88,24 +103,60 @@ class DoraLoadBalancer(GlobalRequestLoadBalancer):
         self.roller: ReplicaRoller | None = None
         self._pending_loads: set[str] = set()
         self._loads_ready = asyncio.Event()
+        #: execute migrations and stale aborts (the servers have ``stop_request``/``stop_stale``)
+        self.stop_requests = type(self).default_stop_requests if stop_requests is None else stop_requests
+        self.staleness = type(self).default_staleness if staleness is None else staleness
+        #: request id -> the replica its migration was placed on, until it comes back pinned
+        self._migrating: dict[str, str] = {}
+        #: request id -> target the roller already counts it on (so the target cannot start a
+        #: load between the stop and the continuation's arrival)
+        self._reserved: dict[str, str] = {}
+        self._tasks: set[asyncio.Task] = set()
         self._reset_step()
 
     @classmethod
-    def configured(cls, config: DoraConfig) -> type[DoraLoadBalancer]:
+    def configured(
+        cls, config: DoraConfig, stop_requests: bool = False, staleness: int | None = None
+    ) -> type[DoraLoadBalancer]:
         """A subclass whose instances use ``config``; for ``LLMServerManager(load_balancer_cls=...)``."""
         config.validate()
-        return type(cls.__name__, (cls,), {"default_config": config, "__module__": cls.__module__})
+        attrs = {
+            "default_config": config,
+            "default_stop_requests": stop_requests,
+            "default_staleness": staleness,
+            "__module__": cls.__module__,
+        }
+        return type(cls.__name__, (cls,), attrs)
 
     # -- routing ----------------------------------------------------------------------------------
 
     async def acquire_server(self, request_id: str, **extra: Any) -> tuple[str, Any]:  # type: ignore[override]
         """The sticky replica if it is under the cap, else the least-loaded one under it; waits
-        while every replica is at the cap."""
+        while every replica is at the cap. A request continuing on a pinned version
+        (``dora_version``) goes to its migration's target, else to a replica holding that
+        version (or, if none does, anywhere: the server refuses it and the client restarts it)."""
+        pinned = extra.get(PIN_FIELD)
+        target = self._migrating.pop(request_id, None)
+        reserved = self._reserved.pop(request_id, None)
+        if reserved is not None and not (pinned is not None and reserved == target):
+            self._unreserve(request_id, reserved)  # not coming back pinned to its target
+            reserved = None
+        holders = self._holders(int(pinned)) if pinned is not None else None
+        if holders is not None and not holders:
+            pinned = holders = None
+        if holders is not None and target in holders and target in self._inflight_requests:
+            return self._admit(target, request_id, pinned, started=reserved == target)
+        if reserved is not None and reserved == target:
+            self._unreserve(request_id, reserved)
         waited_since: float | None = None
         while True:
             if not self._inflight_requests:
                 raise RuntimeError(NO_SERVERS)
-            server_id = self._choose(request_id)
+            if holders is not None:
+                holders = [h for h in self._holders(int(pinned)) if h in self._inflight_requests]
+                if not holders:  # the version left every replica while waiting: restart instead
+                    pinned, holders = None, None
+            server_id = self._choose(request_id, holders)
             if server_id is not None:
                 break
             if waited_since is None:
@@ -114,21 +165,39 @@ class DoraLoadBalancer(GlobalRequestLoadBalancer):
             await self._changed.wait()
         if waited_since is not None:
             self._step["wait_s"] += self._clock() - waited_since
+        return self._admit(server_id, request_id, pinned)
+
+    def _unreserve(self, request_id: str, replica: str) -> None:
+        if self.roller is not None and replica in self.roller.replicas:
+            self._queue_loads(self.roller.finish(replica, request_id))
+
+    def _admit(self, server_id: str, request_id: str, pinned: Any, started: bool = False) -> tuple[str, Any]:
         self._request_id_to_server[request_id] = server_id
         self._inflight_requests[server_id] += 1
         self._requests[server_id].append(request_id)
-        if self.roller is not None and server_id in self.roller.replicas:
-            self.roller.start(server_id, request_id)
+        if self.roller is not None and server_id in self.roller.replicas and not started:
+            self.roller.start(server_id, request_id, version=None if pinned is None else int(pinned))
+        if pinned is not None:
+            self._step["continued_migrations"] += 1
         self._on_load_change(server_id)
         return server_id, self._servers[server_id]
 
-    def _choose(self, request_id: str) -> str | None:
+    def _holders(self, version: int) -> list[str]:
+        """Replicas that can continue a request of ``version``: under replica-granular
+        versioning those the roller has serving it (plus unmanaged ones); else every replica
+        (multi-version servers keep every version of the window; one that does not refuses)."""
+        if self.roller is None:
+            return sorted(self._inflight_requests)
+        unmanaged = set(self._inflight_requests) - set(self.roller.replicas)
+        return sorted(unmanaged | set(self.roller.holding(version)))
+
+    def _choose(self, request_id: str, holders: list[str] | None = None) -> str | None:
         cap = self.cap.cap
         sticky = self._request_id_to_server.get(request_id)
         if sticky is not None and sticky not in self._inflight_requests:
             del self._request_id_to_server[request_id]
             sticky = None
-        allowed = self._allowed()
+        allowed = self._allowed() if holders is None else set(holders)
         if sticky is not None and sticky not in allowed:
             sticky = None
         if sticky is not None and self._inflight_requests[sticky] < cap:
@@ -172,6 +241,11 @@ class DoraLoadBalancer(GlobalRequestLoadBalancer):
         requests, load these replicas, including any whose load was queued since the last sync)."""
         assert self.roller is not None, "enable_single_version first"
         actions = self.roller.publish(version)  # aborted requests still count here until their release
+        self._step["stale_aborted"] += sum(len(ids) for ids in actions.aborted.values())
+        for ids in actions.aborted.values():
+            for request_id in ids:
+                self._migrating.pop(request_id, None)
+                self._reserved.pop(request_id, None)  # the roller dropped it with its replica
         load = sorted(set(actions.load) | self._pending_loads)
         self._pending_loads.clear()
         self._wake()
@@ -202,6 +276,10 @@ class DoraLoadBalancer(GlobalRequestLoadBalancer):
             if replica in self.roller.replicas:
                 self._queue_loads(self.roller.loaded(replica, version))
         self._wake()
+
+    def require_acquire_fields(self) -> list[str]:
+        """The pinned version of a continuing (migrated) request."""
+        return [PIN_FIELD]
 
     def require_release_fields(self) -> list[str]:
         """The request id, to keep the per-replica request lists the core's balancer reads."""
@@ -251,6 +329,58 @@ class DoraLoadBalancer(GlobalRequestLoadBalancer):
             self.cap.on_rebalance()
             self._step["rebalances"] += 1
             self._step["planned_migrations"] += len(plan)
+            if self.stop_requests:
+                self._execute(plan)
+
+    def _execute(self, plan: list[Migration]) -> None:
+        """Place the plan's moves on replicas holding each request's version and stop the
+        requests on their sources; the client continues each on its target (see module doc)."""
+
+        def holders(move: Migration) -> list[str]:
+            if self.roller is None or move.source not in self.roller.replicas:
+                return sorted(self._inflight_requests)
+            return self._holders(self.roller.version_of(move.source))
+
+        loads = dict(self._inflight_requests)
+        placed = place_migrations(plan, loads, holders, self.config.cap_after_rebalance)
+        self._step["unplaced_migrations"] += len(plan) - len(placed)
+        for move in placed:
+            self._migrating[move.request_id] = move.target
+            if self.roller is not None and move.target in self.roller.replicas:
+                self.roller.start(move.target, move.request_id, version=self.roller.version_of(move.target))
+                self._reserved[move.request_id] = move.target
+            task = asyncio.get_running_loop().create_task(self._stop(move))
+            self._tasks.add(task)
+            task.add_done_callback(self._tasks.discard)
+
+    async def _stop(self, move: Migration) -> None:
+        try:
+            result = await self._servers[move.source].stop_request.remote(move.request_id, "migrated")
+        except Exception:  # noqa: BLE001 - the source died: the client restarts the request
+            result = {"stopped": False}
+        if result.get("stopped"):
+            self._step["executed_migrations"] += 1
+            self._step["migrated_tokens"] += int(result.get("tokens", 0))
+        else:  # it finished first (or never reached the server): it keeps its own output
+            self._migrating.pop(move.request_id, None)
+            reserved = self._reserved.pop(move.request_id, None)
+            if reserved is not None:
+                self._unreserve(move.request_id, reserved)
+            self._step["missed_migrations"] += 1
+
+    async def stop_stale(self, version: int) -> int:
+        """Multi-version servers: stop every request on a version that left the window of the
+        just-published ``version``; returns how many (their clients restart them)."""
+        if not self.stop_requests or self.staleness is None or self.roller is not None:
+            return 0
+        results = await asyncio.gather(
+            *[h.stop_stale.remote(version, self.staleness) for h in self._servers.values()], return_exceptions=True
+        )
+        stopped = [rid for r in results if isinstance(r, dict) for rid in r.get("stopped", [])]
+        for request_id in stopped:
+            self._migrating.pop(request_id, None)
+        self._step["stale_aborted"] += len(stopped)
+        return len(stopped)
 
     def _wake(self) -> None:
         """Wake every waiting acquire (each re-checks the caps in arrival order)."""
@@ -265,6 +395,12 @@ class DoraLoadBalancer(GlobalRequestLoadBalancer):
             "wait_s": 0.0,
             "rebalances": 0,
             "planned_migrations": 0,
+            "unplaced_migrations": 0,
+            "executed_migrations": 0,
+            "missed_migrations": 0,
+            "continued_migrations": 0,
+            "migrated_tokens": 0,
+            "stale_aborted": 0,
             "peak_inflight": max(self._inflight_requests.values(), default=0),
         }
         self._step_start = (self._meter.loaded, self._meter.span, self._meter.idle)
@@ -291,8 +427,12 @@ class DoraLoadBalancer(GlobalRequestLoadBalancer):
             out.update(self.roller.metrics())
         return out
 
-    async def end_step(self) -> dict[str, float]:
-        """The ended step's metrics; the next step starts with ``cap_before_rebalance`` again."""
+    async def end_step(self, version: int | None = None) -> dict[str, float]:
+        """The ended step's metrics; the next step starts with ``cap_before_rebalance`` again.
+        ``version``: the weights version just published, whose window the in-flight requests
+        are held to (:meth:`stop_stale`)."""
+        if version is not None:
+            await self.stop_stale(version)
         out = self.get_lb_metrics()
         self.cap.on_new_step()
         self._reset_step()
@@ -301,10 +441,12 @@ class DoraLoadBalancer(GlobalRequestLoadBalancer):
         return out
 
 
-def create_dora_load_balancer(servers: dict[str, Any], config: DoraConfig) -> Any:
+def create_dora_load_balancer(
+    servers: dict[str, Any], config: DoraConfig, stop_requests: bool = False, staleness: int | None = None
+) -> Any:
     """The router actor (async, ``MAX_CONCURRENCY`` calls) over ``servers``."""
     actor_cls = ray.remote(max_concurrency=MAX_CONCURRENCY)(DoraLoadBalancer)
-    return actor_cls.remote(servers=servers, config=config)
+    return actor_cls.remote(servers=servers, config=config, stop_requests=stop_requests, staleness=staleness)
 
 
-__all__ = ["DoraLoadBalancer", "create_dora_load_balancer", "MAX_CONCURRENCY"]
+__all__ = ["DoraLoadBalancer", "create_dora_load_balancer", "MAX_CONCURRENCY", "PIN_FIELD"]

@@ -55,6 +55,11 @@ class DoraSettings:
             requests drained or left the window). Forces ``hf`` replicas to hold one version, so
             the path runs on the CPU. Needs ``staleness >= 1``, at least two standalone replicas
             and ``load_balancer: dora``.
+        migrate_requests: with ``hf`` replicas and ``load_balancer: dora``, execute the
+            balancer's migration plans (stop the request, continue it from its generated prefix
+            on a replica holding its version) and stop requests whose version left the window at
+            each weight sync. Multi-version ``hf`` servers then keep every version of the window
+            (``staleness + 1`` model copies) so any replica can continue any live request.
         node_resources: a custom Ray resource per trainer resource pool (``global_pool``, and
             ``reward_pool`` / ``teacher_pool`` where the run has them): the pool's placement
             groups require it, so its workers start only on nodes that declare it (``ray start
@@ -80,6 +85,7 @@ class DoraSettings:
     cap_after_rebalance: int = 4
     rebalance_threshold: float = 0.5
     single_version_replicas: bool = False
+    migrate_requests: bool = True
     node_resources: dict[str, str] = field(default_factory=dict)
 
     def __post_init__(self) -> None:
@@ -105,6 +111,8 @@ class DoraSettings:
             raise ValueError(f"load_balancer must be one of {list(LOAD_BALANCERS)}, got {self.load_balancer!r}")
         if not isinstance(self.single_version_replicas, bool):
             raise ValueError(f"single_version_replicas must be true or false, got {self.single_version_replicas!r}")
+        if not isinstance(self.migrate_requests, bool):
+            raise ValueError(f"migrate_requests must be true or false, got {self.migrate_requests!r}")
         if self.single_version_replicas and self.staleness < MIN_STALENESS:
             raise ValueError(
                 f"staleness must be >= {MIN_STALENESS} with single_version_replicas (got {self.staleness}): "

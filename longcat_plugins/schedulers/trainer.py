@@ -398,6 +398,9 @@ class DoraTrainer(PPOTrainerSeparateAsync):
             )
         if self.dora.load_balancer == "dora":
             self._install_load_balancer()
+            if self._stop_requests() and not self.dora.single_version_replicas:  # multi-version: keep the window
+                manager = self.standalone_server_manager
+                ray.get([h.set_staleness.remote(self.dora.staleness) for h in manager.server_handles])
         if self.dora.single_version_replicas:
             self._install_single_version()
 
@@ -426,9 +429,15 @@ class DoraTrainer(PPOTrainerSeparateAsync):
         manager = self.standalone_server_manager
         servers = dict(zip(manager.server_addresses, manager.server_handles, strict=True))
         previous = manager.global_load_balancer
-        manager.global_load_balancer = create_dora_load_balancer(servers, self.dora.balancer_config())
+        manager.global_load_balancer = create_dora_load_balancer(
+            servers, self.dora.balancer_config(), stop_requests=self._stop_requests(), staleness=self.dora.staleness
+        )
         ray.kill(previous)
         self.add_replicas_to_balancer()  # no-op without hybrid replicas; verl added them to the old one
+
+    def _stop_requests(self) -> bool:
+        """Migrations and stale aborts are executed where the servers stop single requests (``hf``)."""
+        return self.dora.migrate_requests and self.config.actor_rollout_ref.rollout.name == "hf"
 
     def get_llm_client(self) -> DoraLLMServerClient:
         return self.standalone_server_manager.get_client(client_cls=DoraLLMServerClient)
@@ -496,7 +505,7 @@ class DoraTrainer(PPOTrainerSeparateAsync):
         if self.dora.load_balancer == "dora":
             # a new version is published: the step's cap phase ends, the next starts at cap_before_rebalance
             lb = self.standalone_server_manager.global_load_balancer
-            self._pending_sync_metrics.update(ray.get(lb.end_step.remote()))
+            self._pending_sync_metrics.update(ray.get(lb.end_step.remote(self.global_steps)))
         self._pending_sync_metrics.update(self._replica_metrics())
         self._write_trace()
 

@@ -21,7 +21,7 @@ at every published version (one training step).
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 
 from longcat_plugins.schedulers.core.types import Migration
@@ -79,6 +79,35 @@ def greedy(ctx: BalanceContext) -> list[Migration]:
         queues[low].append(request_id)
         moves.append(Migration(request_id, high, low))
     return moves
+
+
+def place_migrations(
+    plan: list[Migration],
+    loads: Mapping[str, int],
+    holders: Callable[[Migration], Sequence[str]],
+    cap: int,
+) -> list[Migration]:
+    """The moves of ``plan`` that can be executed, each to a replica able to continue the request
+    on the version it started with: ``holders(move)`` names those replicas (every replica when
+    all hold every live version; under replica-granular versioning only those serving the
+    source's version). The plan's own target is kept when it holds the version and has room
+    under ``cap``, else the least-loaded holder with room; a move with none is dropped (the
+    request stays where it is). ``loads`` are in-flight counts, updated move by move."""
+    counts = dict(loads)
+    placed: list[Migration] = []
+    moved: set[str] = set()
+    for move in plan:
+        if move.request_id in moved or move.source not in counts:
+            continue
+        roomy = [r for r in holders(move) if r != move.source and r in counts and counts[r] < cap]
+        if not roomy:
+            continue
+        target = move.target if move.target in roomy else min(roomy, key=lambda r: (counts[r], r))
+        counts[target] += 1
+        counts[move.source] -= 1
+        moved.add(move.request_id)
+        placed.append(Migration(move.request_id, move.source, target))
+    return placed
 
 
 @register_balancer("none")

@@ -116,7 +116,8 @@ class Migration:
     """Move in-flight request ``request_id`` (and its KV cache) from ``source`` to ``target``.
 
     The version stays the same: every generation instance holds every live version (S1), so
-    the target can continue the trajectory with the very weights that started it.
+    the target can continue the trajectory with the very weights that started it (inside verl,
+    where a KV cache cannot travel, the target re-prefills the generated prefix).
     """
 
     request_id: str
