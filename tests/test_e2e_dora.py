@@ -68,8 +68,16 @@ def train_dora(
     return result, steps_trace, rollout
 
 
+#: dispatch by the core's rollout quotas: domains are the skewed budgets (every 4th row long);
+#: the quotas want 1 long group in 8, half the data's share, so the dataloader order cannot pass
+DISPATCH = (
+    "longcat.settings.scheduler.dora.domain_key=extra_info.max_tokens",
+    "+longcat.settings.scheduler.dora.domain_ratios={384:1,8:7}",
+)
+
+
 def test_dora_streams_bounded_multi_version_samples(tiny_assets: Assets, tmp_path: Path, ray_tmp: Path) -> None:
-    result, steps, rollout = train_dora(tiny_assets, tmp_path, ray_tmp, STEPS)
+    result, steps, rollout = train_dora(tiny_assets, tmp_path, ray_tmp, STEPS, *DISPATCH)
     updates = [r for r in rollout if r["event"] == "update"]
     batches = [r for r in rollout if r["event"] == "batch"]
 
@@ -111,6 +119,21 @@ def test_dora_streams_bounded_multi_version_samples(tiny_assets: Assets, tmp_pat
         assert 0 < metrics["dora/lb/peak_inflight"] <= 8, metrics["dora/lb/peak_inflight"]
     digests = [u["digest"] for u in updates if u["replica"] == 0]
     assert len(set(digests)) == len(digests), "the replicas' weights changed every step"
+
+    # the core decided what verl generated: outstanding groups per domain never exceed the
+    # core's rollout quotas (6 long, 42 short over the 48-group window), so far fewer long
+    # prompts were issued than the dataloader's order (1 in 4) would have started
+    last = result.steps[-1]
+    issued = {d: last[f"dora/dispatch/{d}/issued_total"] for d in ("384", "8")}
+    assert sum(issued.values()) >= STEPS * 16, issued
+    assert 0 < issued["384"] / sum(issued.values()) < 0.2, issued
+    assert (last["dora/dispatch/384/quota"], last["dora/dispatch/8/quota"]) == (6.0, 42.0), last
+    assert sum(m["dora/dispatch/384/issued"] for m in result.steps) <= issued["384"]
+    for metrics in result.steps:
+        for d in ("384", "8"):
+            assert metrics[f"dora/dispatch/{d}/outstanding"] <= metrics[f"dora/dispatch/{d}/quota"], metrics
+        assert metrics["dora/dispatch/oversampled_prompts"] == 0.0
+        assert metrics["dora/domain/unbalanced_batch"] in (0.0, 1.0)
 
 
 def test_dora_elastic_group_is_lent_and_reclaimed(tiny_assets: Assets, tmp_path: Path, ray_tmp: Path) -> None:
