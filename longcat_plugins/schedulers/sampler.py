@@ -290,8 +290,6 @@ class DoraReplayBuffer(ReplayBufferAsync):
         if partition_id == "val":
             return batch, metrics
         waited = time.perf_counter() - start
-        if self.on_sampled is not None:
-            self.on_sampled(batch)
         inflight = len(self.pending_keys[partition_id]) + len(self.running_keys[partition_id])
         versions = [v for v in (trajectory_version(tag) for tag in batch.tags) if v is not None]
         lags = np.array([version_lag(global_steps, v) for v in versions], dtype=float)
@@ -340,4 +338,6 @@ class DoraReplayBuffer(ReplayBufferAsync):
             metrics[f"{PREFIX}/domain/max_share_error"] = float(error)
             metrics[f"{PREFIX}/domain/unbalanced_batch"] = 0.0 if self._batch_balanced else 1.0
             self.last_sample["domains"] = dict(self._batch_domains)
+        if self.on_sampled is not None:  # after the batch's own record: it submits new prompts
+            self.on_sampled(batch)
         return batch, metrics

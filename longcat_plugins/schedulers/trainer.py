@@ -27,6 +27,10 @@ is DORA's core rule; this trainer changes exactly that:
   least-loaded routing with the report's per-replica cap, which drops from
   ``cap_before_rebalance`` to ``cap_after_rebalance`` when the core's balancer first calls for
   a rebalance in a step (S3; ``dora/lb/*`` metrics).
+* **The core decides what is generated.** With ``dispatch: dora`` verl's per-step batch
+  submission and its refills go through :class:`~longcat_plugins.schedulers.dispatch.DispatchPlanner`
+  (per-domain rollout quotas, pass-rate oversampling), topping outstanding work up as capacity
+  frees; the dataloader stays the source of rows.
 * **Elastic colocation.** When ``trainer.v1.separate_async.hybrid_rollout.enable_switch`` is
   on, the hybrid replicas are lent to generation and reclaimed for training by
   :class:`~longcat_plugins.schedulers.elastic.ElasticColocationPolicy` (reclaim at the training
@@ -401,7 +405,7 @@ class DoraTrainer(PPOTrainerSeparateAsync):
             warmup = self.config.trainer.v1.separate_async.num_warmup_batches
             window = dispatch_window(batch, warmup)
             self._planner = DispatchPlanner(
-                self.dora.dispatch_config(batch, window), self._fetch_row, window=window, lookahead=window
+                self.dora.dispatch_config(batch, window), self._fetch_row, window=window, lookahead=4 * window
             )
         return self._planner
 
