@@ -71,8 +71,8 @@ def train_dora(
 #: dispatch by the core's rollout quotas: domains are the skewed budgets (every 4th row long);
 #: the quotas want 1 long group in 8, half the data's share, so the dataloader order cannot pass
 DISPATCH = (
-    "longcat.settings.scheduler.dora.domain_key=extra_info.max_tokens",
-    "+longcat.settings.scheduler.dora.domain_ratios={384:1,8:7}",
+    "+longcat.settings.scheduler.dora.domain_key=extra_info.length",
+    "+longcat.settings.scheduler.dora.domain_ratios={long:1,short:7}",
 )
 
 
@@ -124,13 +124,13 @@ def test_dora_streams_bounded_multi_version_samples(tiny_assets: Assets, tmp_pat
     # core's rollout quotas (6 long, 42 short over the 48-group window), so far fewer long
     # prompts were issued than the dataloader's order (1 in 4) would have started
     last = result.steps[-1]
-    issued = {d: last[f"dora/dispatch/{d}/issued_total"] for d in ("384", "8")}
+    issued = {d: last[f"dora/dispatch/{d}/issued_total"] for d in ("long", "short")}
     assert sum(issued.values()) >= STEPS * 16, issued
-    assert 0 < issued["384"] / sum(issued.values()) < 0.2, issued
-    assert (last["dora/dispatch/384/quota"], last["dora/dispatch/8/quota"]) == (6.0, 42.0), last
-    assert sum(m["dora/dispatch/384/issued"] for m in result.steps) <= issued["384"]
+    assert 0 < issued["long"] / sum(issued.values()) < 0.2, issued
+    assert (last["dora/dispatch/long/quota"], last["dora/dispatch/short/quota"]) == (6.0, 42.0), last
+    assert sum(m["dora/dispatch/long/issued"] for m in result.steps) <= issued["long"]
     for metrics in result.steps:
-        for d in ("384", "8"):
+        for d in ("long", "short"):
             assert metrics[f"dora/dispatch/{d}/outstanding"] <= metrics[f"dora/dispatch/{d}/quota"], metrics
         assert metrics["dora/dispatch/oversampled_prompts"] == 0.0
         assert metrics["dora/domain/unbalanced_batch"] in (0.0, 1.0)

@@ -102,9 +102,6 @@ class DoraSettings:
     pass_rate_momentum: float = 0.5
 
     def __post_init__(self) -> None:
-        # a Hydra override cannot quote a dict key, so a numeric domain name arrives as an int
-        for name in ("domain_ratios", "domain_oversampling"):
-            object.__setattr__(self, name, {str(k): v for k, v in dict(getattr(self, name)).items()})
         if not isinstance(self.staleness, int) or self.staleness < 0:
             raise ValueError(f"staleness must be an integer >= 0, got {self.staleness!r}")
         if not 0.0 < float(self.reclaim_ratio) <= 1.0:
