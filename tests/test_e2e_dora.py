@@ -120,20 +120,23 @@ def test_dora_streams_bounded_multi_version_samples(tiny_assets: Assets, tmp_pat
     digests = [u["digest"] for u in updates if u["replica"] == 0]
     assert len(set(digests)) == len(digests), "the replicas' weights changed every step"
 
-    # the core decided what verl generated: outstanding groups per domain never exceed the
-    # core's rollout quotas (6 long, 42 short over the 48-group window), so far fewer long
-    # prompts were issued than the dataloader's order (1 in 4) would have started
+    # the core decided what verl generated: at no step end did a domain have more groups
+    # outstanding than its rollout quota (2 long, 11 short over the 12-group window: batches of 4
+    # groups, 2 warm-up batches), where the dataloader's order keeps 3 of 12 long ones outstanding
     last = result.steps[-1]
     issued = {d: last[f"dora/dispatch/{d}/issued_total"] for d in ("long", "short")}
-    assert sum(issued.values()) >= STEPS * 16, issued
-    assert 0 < issued["long"] / sum(issued.values()) < 0.2, issued
-    assert (last["dora/dispatch/long/quota"], last["dora/dispatch/short/quota"]) == (6.0, 42.0), last
-    assert sum(m["dora/dispatch/long/issued"] for m in result.steps) <= issued["long"]
+    assert sum(issued.values()) >= STEPS * 4 and issued["long"] > 0, issued
+    assert sum(m["dora/dispatch/long/issued"] + m["dora/dispatch/short/issued"] for m in result.steps) == sum(
+        issued.values()
+    )
     for metrics in result.steps:
+        assert (metrics["dora/dispatch/long/quota"], metrics["dora/dispatch/short/quota"]) == (2.0, 11.0)
         for d in ("long", "short"):
             assert metrics[f"dora/dispatch/{d}/outstanding"] <= metrics[f"dora/dispatch/{d}/quota"], metrics
+        assert metrics["dora/dispatch/window_fallbacks"] == 0.0
         assert metrics["dora/dispatch/oversampled_prompts"] == 0.0
-        assert metrics["dora/domain/unbalanced_batch"] in (0.0, 1.0)
+        assert metrics["dora/domain/long/trained_groups"] + metrics["dora/domain/short/trained_groups"] == 4
+    print("dispatch:", issued, [m["dora/dispatch/long/outstanding"] for m in result.steps])
 
 
 def test_dora_elastic_group_is_lent_and_reclaimed(tiny_assets: Assets, tmp_path: Path, ray_tmp: Path) -> None:
