@@ -68,11 +68,25 @@ def train_dora(
     return result, steps_trace, rollout
 
 
+#: dispatch by the core's rollout quotas: domains are the skewed budgets (every 4th row long);
+#: the quotas want 1 long group in 8, half the data's share, so the dataloader order cannot pass
+DISPATCH = (
+    "+longcat.settings.scheduler.dora.domain_key=extra_info.length",
+    "+longcat.settings.scheduler.dora.domain_ratios={long:1,short:7}",
+)
+
+
 def test_dora_streams_bounded_multi_version_samples(tiny_assets: Assets, tmp_path: Path, ray_tmp: Path) -> None:
     # a low rebalance threshold: the core's balancer plans migrations as soon as two replicas'
-    # loads differ by two, so the executed-migration path runs in a few steps
+    # loads differ by two, so the executed-migration path runs in a few steps; and dispatch by the
+    # core's rollout quotas over two domains
     result, steps, rollout = train_dora(
-        tiny_assets, tmp_path, ray_tmp, STEPS, "+longcat.settings.scheduler.dora.rebalance_threshold=0.125"
+        tiny_assets,
+        tmp_path,
+        ray_tmp,
+        STEPS,
+        "+longcat.settings.scheduler.dora.rebalance_threshold=0.125",
+        *DISPATCH,
     )
     updates = [r for r in rollout if r["event"] == "update"]
     batches = [r for r in rollout if r["event"] == "batch"]
@@ -122,6 +136,24 @@ def test_dora_streams_bounded_multi_version_samples(tiny_assets: Assets, tmp_pat
     # (a stopped request that was still queued carries no prefix and is simply re-routed; the
     # continuation from a prefix is checked token by token in tests/test_sched_migrate.py)
     assert all(math.isfinite(m["dora/lb/stale_aborted"]) for m in result.steps)
+
+    # the core decided what verl generated: at no step end did a domain have more groups
+    # outstanding than its rollout quota (2 long, 11 short over the 12-group window: batches of 4
+    # groups, 2 warm-up batches), where the dataloader's order keeps 3 of 12 long ones outstanding
+    last = result.steps[-1]
+    issued = {d: last[f"dora/dispatch/{d}/issued_total"] for d in ("long", "short")}
+    assert sum(issued.values()) >= STEPS * 4 and issued["long"] > 0, issued
+    assert sum(m["dora/dispatch/long/issued"] + m["dora/dispatch/short/issued"] for m in result.steps) == sum(
+        issued.values()
+    )
+    for metrics in result.steps:
+        assert (metrics["dora/dispatch/long/quota"], metrics["dora/dispatch/short/quota"]) == (2.0, 11.0)
+        for d in ("long", "short"):
+            assert metrics[f"dora/dispatch/{d}/outstanding"] <= metrics[f"dora/dispatch/{d}/quota"], metrics
+        assert metrics["dora/dispatch/window_fallbacks"] == 0.0
+        assert metrics["dora/dispatch/oversampled_prompts"] == 0.0
+        assert metrics["dora/domain/long/trained_groups"] + metrics["dora/domain/short/trained_groups"] == 4
+    print("dispatch:", issued, [m["dora/dispatch/long/outstanding"] for m in result.steps])
 
 
 def test_dora_elastic_group_is_lent_and_reclaimed(tiny_assets: Assets, tmp_path: Path, ray_tmp: Path) -> None:

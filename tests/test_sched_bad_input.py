@@ -4,12 +4,15 @@ versioning with fewer than two replicas or no window."""
 
 from __future__ import annotations
 
+import re
 from pathlib import Path
 
 import pandas as pd
+import pytest
 from conftest import run_cli
 
 from longcat_plugins.runtime.launch import configs_dir, run_training
+from longcat_plugins.schedulers.settings import DoraSettings
 
 RECIPE = str(configs_dir() / "dora_cpu.yaml")
 KEY = "longcat.settings.scheduler.dora"
@@ -51,6 +54,34 @@ def test_a_domain_quota_naming_an_unknown_domain_exits_2_naming_it(tmp_path: Pat
     )
     assert nested.returncode == 2 and f"{KEY}.domain_ratios.math" in nested.stdout + nested.stderr
     assert f"{KEY}.domain_ratios.alg" not in nested.stdout + nested.stderr
+
+
+def test_a_domain_oversampling_quota_naming_an_unknown_domain_exits_2_naming_it(tmp_path: Path) -> None:
+    data = domains_parquet(tmp_path)
+    bad = run_cli(
+        "validate",
+        RECIPE,
+        f"data.train_files={data}",
+        f"+{KEY}.domain_ratios={{math: 1, code: 1}}",
+        f"+{KEY}.domain_oversampling={{cdoe: 2}}",
+    )
+    out = bad.stdout + bad.stderr
+    assert bad.returncode == 2 and f"{KEY}.domain_oversampling.cdoe: no such domain" in out, out
+
+
+@pytest.mark.parametrize(
+    ("values", "message"),
+    [
+        ({"domain_oversampling": {"code": 2}}, "domain_oversampling.code: needs domain_ratios"),
+        ({"dispatch": "fifo"}, "dispatch must be one of"),
+        ({"oversampling_min": 3, "oversampling_max": 2}, f"{KEY}.oversampling_max must be >= oversampling_min"),
+        ({"default_pass_rate": 1.5}, f"{KEY}.default_pass_rate must be a number in"),
+    ],
+)
+def test_bad_dispatch_settings_name_their_key(values: dict, message: str) -> None:
+    """The host reports these with the section's path (exit 2, as the case above)."""
+    with pytest.raises(ValueError, match=re.escape(message)):
+        DoraSettings(**values)
 
 
 def test_the_real_entry_point_stops_before_ray(tmp_path: Path, ray_tmp: Path) -> None:

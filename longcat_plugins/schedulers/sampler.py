@@ -30,7 +30,7 @@ from __future__ import annotations
 
 import time
 from collections import Counter
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from typing import Any
 
@@ -128,6 +128,10 @@ class DoraReplayBuffer(ReplayBufferAsync):
         self._filtered_domains_since_sample: Counter[str] = Counter()
         self._batch_domains: Counter[str] = Counter()
         self._batch_balanced: bool | None = None
+        #: the trainer's dispatch hooks: called on every poll while a batch is awaited (capacity
+        #: may have freed: top up), and with every training batch taken (its groups leave the quota)
+        self.on_poll: Callable[[], None] | None = None
+        self.on_sampled: Callable[[KVBatchMeta], None] | None = None
 
     # -- what the core decides -------------------------------------------------------------------
 
@@ -275,6 +279,11 @@ class DoraReplayBuffer(ReplayBufferAsync):
 
     # -- the batch -------------------------------------------------------------------------------
 
+    def _wait_for_next_poll(self, partition_id: str, last_debug_time: float) -> float:
+        if partition_id == "train" and self.on_poll is not None:
+            self.on_poll()
+        return super()._wait_for_next_poll(partition_id, last_debug_time)
+
     def sample(self, global_steps: int, partition_id: str, batch_size: int) -> tuple[KVBatchMeta, dict]:
         start = time.perf_counter()
         batch, metrics = super().sample(global_steps=global_steps, partition_id=partition_id, batch_size=batch_size)
@@ -329,4 +338,6 @@ class DoraReplayBuffer(ReplayBufferAsync):
             metrics[f"{PREFIX}/domain/max_share_error"] = float(error)
             metrics[f"{PREFIX}/domain/unbalanced_batch"] = 0.0 if self._batch_balanced else 1.0
             self.last_sample["domains"] = dict(self._batch_domains)
+        if self.on_sampled is not None:  # after the batch's own record: it submits new prompts
+            self.on_sampled(batch)
         return batch, metrics

@@ -16,6 +16,8 @@ from longcat_plugins.schedulers.core.replicas import MIN_STALENESS
 SETTINGS_PATH = "longcat.settings.scheduler.dora"
 #: ``load_balancer`` values: verl's router unchanged, or DORA's capped one
 LOAD_BALANCERS = ("dora", "verl")
+#: ``dispatch`` values: the core decides which prompts verl generates, or verl's dataloader order
+DISPATCH_MODES = ("dora", "verl")
 #: the trainer's verl resource pools ``node_resources`` may pin (``trainer.v1`` names them so)
 TRAINER_POOLS = ("global_pool", "reward_pool", "teacher_pool")
 
@@ -65,6 +67,17 @@ class DoraSettings:
             groups require it, so its workers start only on nodes that declare it (``ray start
             --resources``). Pinning the trainer is what separates the groups on a multi-node
             cluster: the standalone rollout replicas take the devices the trainer leaves.
+        dispatch: ``dora``: the core decides which prompts verl generates and when
+            (:mod:`~longcat_plugins.schedulers.dispatch`: per-domain rollout quotas, pass-rate
+            oversampling, outstanding work topped up as capacity frees); ``verl``: verl's
+            dataloader order, a whole batch at every step's start.
+        domain_oversampling: rollout-quota multiplier per domain (slow or rare domains get more
+            groups outstanding; the core's ``DoraConfig.domain_oversampling``); needs
+            ``domain_ratios`` naming the domain.
+        oversampling_min / oversampling_max: the pass-rate oversampling coefficient's range (D5):
+            a prompt starts ``k_min + round((k_max - k_min) * (1 - pass_rate))`` groups.
+        default_pass_rate / pass_rate_momentum: a prompt's pass rate before its first trained
+            group, and the weight of every trained group's accuracy in it.
     """
 
     staleness: int = 1
@@ -87,6 +100,12 @@ class DoraSettings:
     single_version_replicas: bool = False
     migrate_requests: bool = True
     node_resources: dict[str, str] = field(default_factory=dict)
+    dispatch: str = "dora"
+    domain_oversampling: dict[str, float] = field(default_factory=dict)
+    oversampling_min: int = 1
+    oversampling_max: int = 1
+    default_pass_rate: float = 0.5
+    pass_rate_momentum: float = 0.5
 
     def __post_init__(self) -> None:
         if not isinstance(self.staleness, int) or self.staleness < 0:
@@ -128,6 +147,12 @@ class DoraSettings:
                 raise ValueError(f"node_resources.{pool}: not a trainer resource pool (one of {list(TRAINER_POOLS)})")
             if not isinstance(resource, str) or not resource.strip():
                 raise ValueError(f"node_resources.{pool} must name a custom Ray resource, got {resource!r}")
+        if self.dispatch not in DISPATCH_MODES:
+            raise ValueError(f"dispatch must be one of {list(DISPATCH_MODES)}, got {self.dispatch!r}")
+        if self.domain_oversampling and not self.domain_ratios:
+            first = sorted(map(str, self.domain_oversampling))[0]
+            raise ValueError(f"domain_oversampling.{first}: needs domain_ratios naming the domain (none are set)")
+        self.core_config(1)  # the shared fields (quotas, oversampling range), validated by the core
         self.balancer_config()  # the cap and threshold, validated by the core with their key path
 
     def balancer_config(self) -> Any:
@@ -163,9 +188,20 @@ class DoraSettings:
                 "cap_before_rebalance": self.cap_before_rebalance,
                 "cap_after_rebalance": self.cap_after_rebalance,
                 "rebalance_threshold": self.rebalance_threshold,
+                "domain_oversampling": dict(self.domain_oversampling),
+                "oversampling_min": self.oversampling_min,
+                "oversampling_max": self.oversampling_max,
+                "default_pass_rate": float(self.default_pass_rate),
+                "pass_rate_momentum": float(self.pass_rate_momentum),
             },
             path=SETTINGS_PATH,
         )
+
+    def dispatch_config(self, batch_size: int, window: int) -> Any:
+        """The core's config for dispatch: quotas over ``window`` outstanding groups."""
+        import dataclasses
+
+        return dataclasses.replace(self.core_config(batch_size), max_outstanding_batches=window / batch_size)
 
 
 def dora_settings() -> DoraSettings:

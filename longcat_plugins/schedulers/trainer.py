@@ -27,6 +27,10 @@ is DORA's core rule; this trainer changes exactly that:
   least-loaded routing with the report's per-replica cap, which drops from
   ``cap_before_rebalance`` to ``cap_after_rebalance`` when the core's balancer first calls for
   a rebalance in a step (S3; ``dora/lb/*`` metrics).
+* **The core decides what is generated.** With ``dispatch: dora`` verl's per-step batch
+  submission and its refills go through :class:`~longcat_plugins.schedulers.dispatch.DispatchPlanner`
+  (per-domain rollout quotas, pass-rate oversampling), topping outstanding work up as capacity
+  frees; the dataloader stays the source of rows.
 * **Elastic colocation.** When ``trainer.v1.separate_async.hybrid_rollout.enable_switch`` is
   on, the hybrid replicas are lent to generation and reclaimed for training by
   :class:`~longcat_plugins.schedulers.elastic.ElasticColocationPolicy` (reclaim at the training
@@ -40,36 +44,46 @@ with ``LONGCAT_DORA_TRACE`` or ``trace_path`` set, one JSON line per step.
 from __future__ import annotations
 
 import asyncio
+import hashlib
 import json
 import logging
+import math
 import os
 import threading
 import time
 from pathlib import Path
 from typing import Any
 
+import numpy as np
 import ray
+import torch
 from omegaconf import DictConfig, OmegaConf
 from verl.checkpoint_engine import CheckpointEngineManager
 from verl.checkpoint_engine.base import CheckpointEngineWorker
 from verl.single_controller.ray import RayClassWithInitArgs, RayWorkerGroup
+from verl.trainer.ppo.v1 import replay_buffer as verl_replay_buffer
 from verl.trainer.ppo.v1 import trainer_separate_async
 from verl.trainer.ppo.v1.trainer_separate_async import PPOTrainerSeparateAsync
+from verl.utils import tensordict_utils as tu
 from verl.utils.config import omega_conf_to_dataclass
 from verl.utils.debug import marked_timer
 from verl.utils.ray_utils import auto_await
 
+from longcat_plugins.data.trainer import problem_text
 from longcat_plugins.runtime.placement import pin_resource_pools
 from longcat_plugins.schedulers.client import DoraLLMServerClient
 from longcat_plugins.schedulers.core.replicas import MIN_REPLICAS
+from longcat_plugins.schedulers.dispatch import DispatchPlanner, dispatch_window
 from longcat_plugins.schedulers.elastic import ElasticColocationPolicy
 from longcat_plugins.schedulers.load_balancer import create_dora_load_balancer
-from longcat_plugins.schedulers.sampler import DoraReplayBuffer
+from longcat_plugins.schedulers.sampler import DoraReplayBuffer, _lookup
 from longcat_plugins.schedulers.settings import SETTINGS_PATH, DoraSettings, dora_settings
 
 logger = logging.getLogger(__name__)
 
 MODE = "dora"
+#: the dispatch planner's state, beside verl's ``data.pt`` in every checkpoint folder
+DISPATCH_STATE = "dora_dispatch.pt"
 ENV_TRACE = "LONGCAT_DORA_TRACE"
 
 
@@ -362,6 +376,7 @@ class DoraTrainer(PPOTrainerSeparateAsync):
         self.trace_path = os.environ.get(ENV_TRACE) or self.dora.trace_path
         self._replica_stats: dict[str, dict[str, Any]] = {}
         self._step_record: dict[str, Any] = {}
+        self._planner: DispatchPlanner | None = None
 
     # -- construction ---------------------------------------------------------------------------
 
@@ -379,6 +394,102 @@ class DoraTrainer(PPOTrainerSeparateAsync):
             refill_fn=self._add_prompts_to_generate,
             staleness=self.dora.staleness,
         )
+
+    # -- dispatch: the core decides which prompts verl generates, and when ------------------------
+
+    @property
+    def planner(self) -> DispatchPlanner:
+        """The dispatch planner over verl's dataloader (built on first use, after the dataloader)."""
+        if self._planner is None:
+            batch = int(self.config.data.train_batch_size)
+            warmup = self.config.trainer.v1.separate_async.num_warmup_batches
+            window = dispatch_window(batch, warmup)
+            self._planner = DispatchPlanner(
+                self.dora.dispatch_config(batch, window), self._fetch_row, window=window, lookahead=4 * window
+            )
+        return self._planner
+
+    def _fetch_row(self) -> tuple[str, str, Any]:
+        """The dataloader's next row (verl's fetch, one prompt: gen_batch_size is 1 in async
+        modes) as (domain, task id, row)."""
+        row = self._fetch_one_gen_batch()
+        if len(row) != 1:
+            raise RuntimeError(f"dora dispatch: expected one-prompt dataloader fetches, got {len(row)}")
+        path = self.dora.domain_key.split(".")
+        value: Any = list(row[path[0]])[0] if path[0] in row.keys() else None
+        domain = _lookup(value, path[1:]) if len(path) > 1 else value
+        if domain is None and self.dora.domain_ratios:
+            raise ValueError(f"{SETTINGS_PATH}.domain_key={self.dora.domain_key!r}: a training row has no such field")
+        task = hashlib.sha1(problem_text(list(row["raw_prompt"])[0]).encode()).hexdigest()[:16]
+        return str(domain), task, row
+
+    def _dispatch(self) -> int:
+        """Submit what the planner issues now (outstanding work topped up to the quotas)."""
+        buffer = self.replay_buffer
+        buffer._sync_metadata_from_transfer_queue()
+        live = set().union(
+            *(
+                keys["train"]
+                for keys in (buffer.pending_keys, buffer.running_keys, buffer.finished_keys, buffer.failure_keys)
+            )
+        )
+        issues = self.planner.plan(live)
+        if not issues:
+            return 0
+        rows = [issue.payload.clone() for issue in issues]
+        batch = rows[0] if len(rows) == 1 else tu.concat_tensordict(rows)
+        batch.update(tu.get_tensordict({"uid": np.array([issue.uid for issue in issues], dtype=object)}))
+        tu.assign_non_tensor_data(batch, "global_steps", self.global_steps)
+        return self._submit_batch_to_rollout(batch)
+
+    def _add_prompts_to_generate(self, num_prompts: int) -> int:
+        """verl's refill and warm-up entry: with ``dispatch: dora`` the planner decides how many
+        (what freed) and which, not ``num_prompts``."""
+        if self.dora.dispatch != "dora":
+            return super()._add_prompts_to_generate(num_prompts)
+        return self._dispatch()
+
+    def _add_batch_to_generate(self) -> None:
+        """The step's submission: with ``dispatch: dora`` a top-up, not a whole batch."""
+        if self.dora.dispatch != "dora":
+            return super()._add_batch_to_generate()
+        self._dispatch()
+
+    def _on_sampled(self, batch: Any) -> None:
+        """A training batch was taken: its groups' rewards feed the pass rates (D5), they leave
+        the quota, and the freed capacity is refilled at once (not at the next step)."""
+        planner = self.planner
+        if self.dora.oversampling_max > 1:
+            data = verl_replay_buffer.tq.kv_batch_get(
+                keys=batch.keys, partition_id=batch.partition_id, select_fields=["rm_scores"]
+            )
+            per_uid: dict[str, list[float | None]] = {}
+            for key, score in zip(batch.keys, list(data["rm_scores"]), strict=True):
+                value = float(score.sum().item())
+                per_uid.setdefault(key.split("_")[0], []).append(value if math.isfinite(value) else None)
+            for uid, rewards in per_uid.items():
+                planner.observe(uid, rewards)
+        planner.take({key.split("_")[0] for key in batch.keys})
+        self._dispatch()
+
+    def _save_checkpoint(self) -> None:
+        super()._save_checkpoint()
+        if self._planner is not None:
+            folder = os.path.join(self.config.trainer.default_local_dir, f"global_step_{self.global_steps}")
+            torch.save(self._planner.state_dict(), os.path.join(folder, DISPATCH_STATE))
+
+    def _load_checkpoint(self) -> None:
+        super()._load_checkpoint()
+        if self.global_steps <= 0 or self.dora.dispatch != "dora":
+            return
+        folder = self.config.trainer.resume_from_path
+        if self.config.trainer.resume_mode == "auto" or not folder:
+            folder = os.path.join(self.config.trainer.default_local_dir, f"global_step_{self.global_steps}")
+        path = os.path.join(os.path.abspath(folder), DISPATCH_STATE)
+        if os.path.exists(path):
+            self.planner.load_state_dict(torch.load(path, weights_only=False))
+        else:
+            logger.warning("dora dispatch: no %s in %s; the planner starts empty", DISPATCH_STATE, folder)
 
     def _init_resource_pool_mgr(self) -> None:
         """verl's pools, with those named in ``node_resources`` pinned to the nodes carrying
@@ -403,6 +514,9 @@ class DoraTrainer(PPOTrainerSeparateAsync):
                 ray.get([h.set_staleness.remote(self.dora.staleness) for h in manager.server_handles])
         if self.dora.single_version_replicas:
             self._install_single_version()
+        if self.dora.dispatch == "dora" and isinstance(self.replay_buffer, DoraReplayBuffer):
+            self.replay_buffer.on_poll = self._dispatch
+            self.replay_buffer.on_sampled = self._on_sampled
 
     def _install_single_version(self) -> None:
         """Replica-granular versioning: ``hf`` servers hold one version, and weight syncs go
@@ -507,6 +621,8 @@ class DoraTrainer(PPOTrainerSeparateAsync):
             lb = self.standalone_server_manager.global_load_balancer
             self._pending_sync_metrics.update(ray.get(lb.end_step.remote(self.global_steps)))
         self._pending_sync_metrics.update(self._replica_metrics())
+        if self._planner is not None:
+            self._pending_sync_metrics.update(self._planner.metrics())
         self._write_trace()
 
     # -- observability --------------------------------------------------------------------------

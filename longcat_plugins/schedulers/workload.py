@@ -32,15 +32,18 @@ def budget_for(index: int, long_every: int, short_tokens: int, long_tokens: int)
 def write_skewed_dataset(
     source: Path, target: Path, *, long_every: int = 4, short_tokens: int = 4, long_tokens: int = 48
 ) -> Path:
-    """Copy a verl RL parquet adding ``extra_info.max_tokens`` per row (written atomically)."""
+    """Copy a verl RL parquet adding ``extra_info.max_tokens`` and ``extra_info.length``
+    (``long`` / ``short``) per row (written atomically)."""
     import pandas as pd
 
     frame = pd.read_parquet(source)
     if "extra_info" not in frame.columns:
         raise ValueError(f"{source}: no 'extra_info' column to carry the per-prompt budget")
+    budgets = [budget_for(i, long_every, short_tokens, long_tokens) for i in range(len(frame))]
+    # ``length`` names the budget class, a domain for per-domain quotas (``domain_key=extra_info.length``)
     frame["extra_info"] = [
-        {**(info or {}), "max_tokens": budget_for(i, long_every, short_tokens, long_tokens)}
-        for i, info in enumerate(frame["extra_info"])
+        {**(info or {}), "max_tokens": b, "length": "long" if b == long_tokens else "short"}
+        for info, b in zip(frame["extra_info"], budgets, strict=True)
     ]
     target.parent.mkdir(parents=True, exist_ok=True)
     fd, tmp = tempfile.mkstemp(dir=target.parent, suffix=".parquet.tmp")
