@@ -128,3 +128,39 @@ def test_a_golden_chain_that_misses_the_rubric_is_rejected(
     monkeypatch.setattr(ToolEpisode, "golden_chain", lambda self: [])  # nothing done: the rubric fails
     with pytest.raises(GoldenChainError, match="does not meet the rubric"):
         golden_messages(info, _TemplateOnly(), RENDER)
+
+
+def test_revalued_rows_are_the_same_chains_about_fresh_values(golden: tuple[Path, list[dict[str, Any]], Any]) -> None:
+    """Each copy re-draws the first call's stated values everywhere after the system prompt, parses
+    back through verl's hermes parser to the same calls with the fresh value, and is deterministic."""
+    from longcat_plugins.runtime.tool_warmstart import revalued_rows
+
+    _, rows, tok = golden
+    parser = ToolParser.get_tool_parser("hermes", tok)
+    copies = revalued_rows(rows, 2, seed=0)
+    assert copies == revalued_rows(rows, 2, seed=0) and copies != revalued_rows(rows, 2, seed=1)
+    assert len(copies) == 2 * len(rows) and revalued_rows(rows, 0, seed=0) == []
+    with pytest.raises(ValueError, match="revalued: must be >= 0"):
+        revalued_rows(rows, -1, seed=0)
+    changed = 0
+    for row, copy in zip(rows + rows, copies, strict=True):
+        old, new = row["messages"], copy["messages"]
+        assert [m["role"] for m in old] == [m["role"] for m in new] and old[0] == new[0]
+        calls = []
+        for m in (m for m in new if m["role"] == "assistant" and m["content"].startswith("<tool_call>")):
+            ids = tok.encode(m["content"], add_special_tokens=False) + [tok.eos_token_id]
+            _, parsed = asyncio.run(parser.extract_tool_calls(ids))
+            calls.append((parsed[0].name, json.loads(parsed[0].arguments)))
+        golden_calls = [json.loads(m["content"][11:-12]) for m in old[2::2] if m["content"].startswith("<tool_call>")]
+        assert [n for n, _ in calls] == [c["name"] for c in golden_calls]
+        first_old, first_new = golden_calls[0]["arguments"], calls[0][1]
+        for key, value in first_old.items():
+            stated = isinstance(value, str) and value in old[1]["content"] and value not in old[0]["content"]
+            if stated and sum(c.isalnum() for c in value) >= 5:
+                fresh = first_new[key]
+                assert fresh != value and len(fresh) == len(value) and fresh in new[1]["content"]
+                assert not any(value in m["content"] for m in new[1:])  # replaced everywhere, not only in the call
+                changed += 1
+            else:
+                assert first_new[key] == value  # enum values (named in the system prompt) stay
+    assert changed >= len(rows)  # most first calls state an id, code, email, phone or name

@@ -21,6 +21,8 @@ from __future__ import annotations
 
 import hashlib
 import json
+import random
+import string
 from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
@@ -85,13 +87,19 @@ class WarmStartPlan:
     #: message ("is DKP72P" -> 'ĠD','K',...) is another token than in the call ('"DKP72P"' -> 'D','K',
     #: ...), so the model cannot copy it by matching tokens (an induction head's mechanism)
     space_tokens: bool = False
+    #: re-valued copies of each golden trajectory added to the SFT data (see :func:`revalued_rows`):
+    #: with a few epochs over ~900 trajectories a tiny model learns each training value by heart
+    #: (its message -> its id) instead of copying; fresh values in every copy leave copying as the
+    #: only way to lower the loss on them
+    revalued: int = 0
 
     def key(self) -> str:
         """A short digest of every field: a changed plan builds into its own cache directory
-        (``space_tokens`` counts only when set, so the plans measured before it keep their keys)."""
+        (``space_tokens`` and ``revalued`` count only when set, so the plans measured before them keep their keys)."""
         fields = asdict(self)
-        if not self.space_tokens:
-            del fields["space_tokens"]
+        for name, default in (("space_tokens", False), ("revalued", 0)):
+            if fields[name] == default:
+                del fields[name]
         return hashlib.sha1(json.dumps(fields, sort_keys=True).encode()).hexdigest()[:10]
 
     def sft_config(self, rows: int) -> SFTConfig:
@@ -183,10 +191,62 @@ def prepare_data(tmp: Path, plan: WarmStartPlan) -> list[dict[str, Any]]:
     rows = sft_rows(task_infos(tmp / "envs-train" / "tasks.parquet"), _NoTemplateTools(), RENDER)
     (tmp / "base").mkdir()
     build_tool_tokenizer(tmp / "base", rows, plan.seed, plan.vocab_size, plan.space_tokens)
+    rows = rows + revalued_rows(rows, plan.revalued, plan.seed)
     rows = fitting_rows(rows, tmp / "base", plan.sft_max_length)
     write_sft_parquet(rows, tmp / "sft.parquet")
     build_model(tmp / "base", plan.size, plan.seed)
     return rows
+
+
+#: the first call's argument values that are re-drawn: strings of at least this many letters and
+#: digits (ids, codes, emails, phones, names), not enum values (those are named in the system prompt)
+REVALUE_MIN_CHARS = 5
+
+
+def _fresh(value: str, rng: random.Random) -> str:
+    """``value`` with each letter and digit redrawn in its class (case kept); an email's domain kept."""
+    local, at, domain = value.partition("@")
+    out = [
+        rng.choice(string.ascii_uppercase)
+        if c.isupper()
+        else rng.choice(string.ascii_lowercase)
+        if c.islower()
+        else rng.choice(string.digits)
+        if c.isdigit()
+        else c
+        for c in local
+    ]
+    return "".join(out) + at + domain
+
+
+def revalued_rows(rows: list[dict[str, Any]], copies: int, seed: int) -> list[dict[str, Any]]:
+    """``copies`` re-valued versions of each row: every string argument of the first call that the
+    user's message states (at least :data:`REVALUE_MIN_CHARS` letters/digits, not in the system prompt)
+    replaced by a fresh value of the same shape everywhere after the system prompt (message, calls,
+    tool results, answer), so each copy is the same task about another record. Deterministic per ``seed``."""
+    if copies < 0:
+        raise ValueError(f"revalued: must be >= 0, got {copies}")
+    rng = random.Random(f"revalue-{seed}")
+    out = []
+    for _ in range(copies):
+        for row in rows:
+            messages = [dict(m) for m in row["messages"]]
+            system, question = messages[0]["content"], messages[1]["content"]
+            first = json.loads(messages[2]["content"][len("<tool_call>") : -len("</tool_call>")])
+            values = [
+                v
+                for v in first["arguments"].values()
+                if isinstance(v, str)
+                and sum(c.isalnum() for c in v) >= REVALUE_MIN_CHARS
+                and v in question
+                and v not in system
+            ]
+            for value in values:
+                fresh = _fresh(value, rng)
+                for m in messages[1:]:
+                    m["content"] = m["content"].replace(value, fresh)
+            out.append({**row, "messages": messages})
+    return out
 
 
 def fitting_rows(rows: list[dict[str, Any]], tokenizer_dir: Path, max_length: int) -> list[dict[str, Any]]:
