@@ -11,7 +11,8 @@ and play the held-out tasks in-process (:func:`longcat_plugins.runtime.tool_prob
 
     .venv/bin/python bench/bench_tool_warm_starts.py --candidates tiny:400:400 [--append]
 
-A candidate is ``size:sft_steps:train_envs[:sp][:rvN]`` (``sp``: ``space_tokens``; ``rvN``: ``revalued=N``);
+A candidate is ``size:sft_steps:train_envs[:sp][:rvN][:vpN]`` (``sp``: ``space_tokens``; ``rvN``:
+``revalued=N``; ``vpN``: ``value_pool=N``, one-token values);
 the other plan values are ``WarmStartPlan``'s defaults.
 ``build_s`` is the time of the (cached) build: near 0 when the candidate was already built.
 """
@@ -41,12 +42,17 @@ def measure(
     from longcat_plugins.runtime.tool_probe import probe
     from longcat_plugins.runtime.tool_warmstart import WarmStartPlan, ensure_tool_warm_start
 
-    unknown = [f for f in flags if f != "sp" and not (f.startswith("rv") and f[2:].isdigit())]
+    unknown = [f for f in flags if f != "sp" and not (f[:2] in ("rv", "vp") and f[2:].isdigit())]
     if unknown:
-        raise SystemExit(f"--candidates: unknown flag(s) {unknown} (known: sp, rvN)")
-    revalued = next((int(f[2:]) for f in flags if f.startswith("rv")), 0)
+        raise SystemExit(f"--candidates: unknown flag(s) {unknown} (known: sp, rvN, vpN)")
+    numbers = {f[:2]: int(f[2:]) for f in flags if f[:2] in ("rv", "vp")}
     plan = WarmStartPlan(
-        size=size, sft_steps=steps, train_envs=train_envs, space_tokens="sp" in flags, revalued=revalued
+        size=size,
+        sft_steps=steps,
+        train_envs=train_envs,
+        space_tokens="sp" in flags,
+        revalued=numbers.get("rv", 0),
+        value_pool=numbers.get("vp", 0),
     )
     start = time.monotonic()
     warm = ensure_tool_warm_start(cache, plan)
@@ -71,7 +77,7 @@ def measure(
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument(
-        "--candidates", default="tiny:400:400", help="comma-separated size:sft_steps:train_envs[:sp][:rvN]"
+        "--candidates", default="tiny:400:400", help="comma-separated size:sft_steps:train_envs[:sp][:rvN][:vpN]"
     )
     parser.add_argument("--n", type=int, default=4, help="sampled episodes per task")
     parser.add_argument("--sampled-tasks", type=int, default=10)
