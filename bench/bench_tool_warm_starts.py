@@ -11,7 +11,9 @@ and play the held-out tasks in-process (:func:`longcat_plugins.runtime.tool_prob
 
     .venv/bin/python bench/bench_tool_warm_starts.py --candidates tiny:400:400 [--append]
 
-A candidate is ``size:sft_steps:train_envs[:sp]`` (``sp``: ``space_tokens``); the other plan values are ``WarmStartPlan``'s defaults.
+A candidate is ``size:sft_steps:train_envs[:sp][:rvN][:vpN]`` (``sp``: ``space_tokens``; ``rvN``:
+``revalued=N``; ``vpN``: ``value_pool=N``, one-token values);
+the other plan values are ``WarmStartPlan``'s defaults.
 ``build_s`` is the time of the (cached) build: near 0 when the candidate was already built.
 """
 
@@ -27,14 +29,31 @@ OUT = Path(__file__).resolve().parent / "results" / "tool_warm_starts.json"
 
 
 def measure(
-    size: str, steps: int, train_envs: int, space_tokens: bool, n: int, sampled_tasks: int, cache: Path | None
+    size: str,
+    steps: int,
+    train_envs: int,
+    flags: list[str],
+    n: int,
+    sampled_tasks: int,
+    cache: Path | None,
 ) -> dict:
     import pandas as pd
 
     from longcat_plugins.runtime.tool_probe import probe
     from longcat_plugins.runtime.tool_warmstart import WarmStartPlan, ensure_tool_warm_start
 
-    plan = WarmStartPlan(size=size, sft_steps=steps, train_envs=train_envs, space_tokens=space_tokens)
+    unknown = [f for f in flags if f != "sp" and not (f[:2] in ("rv", "vp") and f[2:].isdigit())]
+    if unknown:
+        raise SystemExit(f"--candidates: unknown flag(s) {unknown} (known: sp, rvN, vpN)")
+    numbers = {f[:2]: int(f[2:]) for f in flags if f[:2] in ("rv", "vp")}
+    plan = WarmStartPlan(
+        size=size,
+        sft_steps=steps,
+        train_envs=train_envs,
+        space_tokens="sp" in flags,
+        revalued=numbers.get("rv", 0),
+        value_pool=numbers.get("vp", 0),
+    )
     start = time.monotonic()
     warm = ensure_tool_warm_start(cache, plan)
     build_s = time.monotonic() - start
@@ -57,7 +76,9 @@ def measure(
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--candidates", default="tiny:400:400", help="comma-separated size:sft_steps:train_envs[:sp]")
+    parser.add_argument(
+        "--candidates", default="tiny:400:400", help="comma-separated size:sft_steps:train_envs[:sp][:rvN][:vpN]"
+    )
     parser.add_argument("--n", type=int, default=4, help="sampled episodes per task")
     parser.add_argument("--sampled-tasks", type=int, default=10)
     parser.add_argument("--cache-dir", type=Path, default=None)
@@ -67,7 +88,7 @@ def main() -> None:
     results = json.loads(args.out.read_text())["candidates"] if args.append and args.out.exists() else []
     for spec in args.candidates.split(","):
         size, steps, envs, *flags = spec.split(":")
-        row = measure(size, int(steps), int(envs), flags == ["sp"], args.n, args.sampled_tasks, args.cache_dir)
+        row = measure(size, int(steps), int(envs), flags, args.n, args.sampled_tasks, args.cache_dir)
         print(json.dumps({k: row[k] for k in ("plan", "build_s", "probe_s")}), flush=True)
         print(" greedy ", {k: row["greedy"][k] for k in row["greedy"] if k != "successes_per_task"}, flush=True)
         print(" sampled", {k: row["sampled"][k] for k in row["sampled"]}, flush=True)

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import re
 from pathlib import Path
 from typing import Any
 
@@ -128,3 +129,146 @@ def test_a_golden_chain_that_misses_the_rubric_is_rejected(
     monkeypatch.setattr(ToolEpisode, "golden_chain", lambda self: [])  # nothing done: the rubric fails
     with pytest.raises(GoldenChainError, match="does not meet the rubric"):
         golden_messages(info, _TemplateOnly(), RENDER)
+
+
+def test_revalued_rows_are_the_same_chains_about_fresh_values(golden: tuple[Path, list[dict[str, Any]], Any]) -> None:
+    """Each copy re-draws the first call's stated values everywhere after the system prompt, parses
+    back through verl's hermes parser to the same calls with the fresh value, and is deterministic."""
+    from longcat_plugins.runtime.tool_warmstart import revalued_rows
+
+    _, rows, tok = golden
+    parser = ToolParser.get_tool_parser("hermes", tok)
+    copies = revalued_rows(rows, 2, seed=0)
+    assert copies == revalued_rows(rows, 2, seed=0) and copies != revalued_rows(rows, 2, seed=1)
+    assert len(copies) == 2 * len(rows) and revalued_rows(rows, 0, seed=0) == []
+    with pytest.raises(ValueError, match="revalued: must be >= 0"):
+        revalued_rows(rows, -1, seed=0)
+    changed = 0
+    for row, copy in zip(rows + rows, copies, strict=True):
+        old, new = row["messages"], copy["messages"]
+        assert [m["role"] for m in old] == [m["role"] for m in new] and old[0] == new[0]
+        calls = []
+        for m in (m for m in new if m["role"] == "assistant" and m["content"].startswith("<tool_call>")):
+            ids = tok.encode(m["content"], add_special_tokens=False) + [tok.eos_token_id]
+            _, parsed = asyncio.run(parser.extract_tool_calls(ids))
+            calls.append((parsed[0].name, json.loads(parsed[0].arguments)))
+        golden_calls = [json.loads(m["content"][11:-12]) for m in old[2::2] if m["content"].startswith("<tool_call>")]
+        assert [n for n, _ in calls] == [c["name"] for c in golden_calls]
+        first_old, first_new = golden_calls[0]["arguments"], calls[0][1]
+        for key, value in first_old.items():
+            stated = isinstance(value, str) and value in old[1]["content"] and value not in old[0]["content"]
+            if stated and sum(c.isalnum() for c in value) >= 5:
+                fresh = first_new[key]
+                assert fresh != value and len(fresh) == len(value) and fresh in new[1]["content"]
+                assert not any(value in m["content"] for m in new[1:])  # replaced everywhere, not only in the call
+                changed += 1
+            else:
+                assert first_new[key] == value  # enum values (named in the system prompt) stay
+    assert changed >= len(rows)  # most first calls state an id, code, email, phone or name
+
+
+POOL = 200
+
+
+@pytest.fixture(scope="module")
+def pooled(tmp_path_factory: pytest.TempPathFactory) -> tuple[list[dict[str, Any]], list[dict[str, Any]], Any]:
+    """Rows of two training and two held-out environments (another generator seed) under a value
+    pool, and the tool tokenizer of ``WarmStartPlan(value_pool=POOL)`` trained on the training rows."""
+    from dataclasses import replace
+
+    from transformers import AutoTokenizer
+
+    root = tmp_path_factory.mktemp("pooled")
+    config = replace(SHORT_CHAINS, value_pool=POOL)
+    generate_environments("retail", 2, root / "train", seed=3, config=config)
+    generate_environments("retail", 2, root / "val", seed=10_003, config=config, split="test")
+    train = sft_rows(task_infos(root / "train" / "tasks.parquet"), _TemplateOnly(), RENDER)
+    val = sft_rows(task_infos(root / "val" / "tasks.parquet"), _TemplateOnly(), RENDER)
+    build_tool_tokenizer(root / "tok", train, seed=0, vocab_size=512, value_pool=POOL)
+    return train, val, AutoTokenizer.from_pretrained(root / "tok")
+
+
+def _stated_values(row: dict[str, Any]) -> list[tuple[int, str]]:
+    """(message index, value) of each string argument of each call that an earlier user message or
+    tool result states and the system prompt does not (the values the model must copy)."""
+    messages = row["messages"]
+    out = []
+    for i, m in enumerate(messages):
+        if m["role"] == "assistant" and m["content"].startswith("<tool_call>"):
+            seen = "".join(x["content"] for x in messages[1:i])
+            for v in json.loads(m["content"][11:-12])["arguments"].values():
+                if isinstance(v, str) and v in seen and v not in messages[0]["content"]:
+                    out.append((i, v))
+    return out
+
+
+def test_value_pools_are_fixed_distinct_and_the_same_for_every_seed() -> None:
+    from longcat_plugins.environments.genconfig import GenConfig
+    from longcat_plugins.environments.values import CITIES, POOL_KINDS, value_pool
+
+    for kind in POOL_KINDS:
+        pool = value_pool(kind, POOL)
+        assert len(set(pool)) == len(pool) == (len(CITIES) if kind == "city" else POOL)
+        value_pool.cache_clear()
+        assert value_pool(kind, POOL) == pool  # a function of kind and size only
+    with pytest.raises(ValueError, match="no value pool of kind 'money'"):
+        value_pool("money", POOL)
+    assert GenConfig(value_pool=10).problems() == ["value_pool: must be 0 (off) or >= 20 (got 10)"]
+    assert GenConfig(value_pool=0).problems() == [] == GenConfig(value_pool=20).problems()
+
+
+def test_pooled_values_are_one_token_in_the_message_or_result_and_in_the_call(
+    pooled: tuple[list[dict[str, Any]], list[dict[str, Any]], Any],
+) -> None:
+    """Under a value pool every string a call copies (the user's code, email, name ...; the record id
+    of a tool result) is one token, the same token where it is stated and in the call; the held-out
+    environments draw their values from the same pools, and the calls still parse back (hermes)."""
+    from longcat_plugins.environments.values import POOL_KINDS, value_pool
+    from longcat_plugins.runtime.tool_warmstart import value_tokens
+
+    train, val, tok = pooled
+    pools = {v for kind in POOL_KINDS for v in value_pool(kind, POOL)}
+    tokens = set(value_tokens(POOL))
+    parser = ToolParser.get_tool_parser("hermes", tok)
+    firsts = []
+    for row in train + val:
+        stated = _stated_values(row)
+        assert stated, row["messages"][1]["content"]
+        for i, value in stated:
+            if re.fullmatch(r"\d{4}-\d\d-\d\d|\d\d:\d\d", value):
+                continue  # a date or time the user states (not pooled: not one token)
+            assert value in tokens, value
+            ids = tok.encode(value, add_special_tokens=False)
+            assert len(ids) == 1, (value, tok.convert_ids_to_tokens(ids))
+            stream = tok.apply_chat_template(list(row["messages"][: i + 1]), tokenize=True, return_dict=False)
+            call = tok.apply_chat_template(list(row["messages"][i : i + 1]), tokenize=True, return_dict=False)
+            assert ids[0] in call and stream.count(ids[0]) >= 2, value  # in the call and stated before it
+        first = _stated_values(row)[0][1]
+        assert first in pools, first  # the first call's value is the user's, drawn from a pool
+        firsts.append(first)
+        for m in (m for m in row["messages"] if m["role"] == "assistant" and m["content"].startswith("<tool_call>")):
+            ids = tok.encode(m["content"], add_special_tokens=False) + [tok.eos_token_id]
+            _, parsed = asyncio.run(parser.extract_tool_calls(ids))
+            golden_call = json.loads(m["content"][11:-12])
+            assert (parsed[0].name, json.loads(parsed[0].arguments)) == (golden_call["name"], golden_call["arguments"])
+    assert len(set(firsts)) >= 0.8 * len(firsts)  # drawn from hundreds: rarely the same value twice
+
+
+def test_revalued_rows_under_a_pool_draw_fresh_values_from_the_same_pool(
+    pooled: tuple[list[dict[str, Any]], list[dict[str, Any]], Any],
+) -> None:
+    from longcat_plugins.environments.values import POOL_KINDS, value_pool
+    from longcat_plugins.runtime.tool_warmstart import revalued_rows
+
+    train, _, tok = pooled
+    kind_of = {v: kind for kind in POOL_KINDS for v in value_pool(kind, POOL)}
+    copies = revalued_rows(train, 2, seed=0, pool=POOL)
+    assert copies == revalued_rows(train, 2, seed=0, pool=POOL) and len(copies) == 2 * len(train)
+    changed = 0
+    for row, copy in zip(train + train, copies, strict=True):
+        old, new = _stated_values(row)[0][1], _stated_values(copy)[0][1]
+        if old != new:
+            assert kind_of[new] == kind_of[old] and len(tok.encode(new, add_special_tokens=False)) == 1
+            assert not any(old in m["content"] for m in copy["messages"][1:])
+            changed += 1
+    assert changed >= len(train)  # most first calls state a pooled value

@@ -74,6 +74,13 @@ def test_bad_init_and_size_are_refused_by_name(tmp_path: Path) -> None:
 def test_each_plan_builds_into_its_own_cache_directory() -> None:
     assert WarmStartPlan().key() == WarmStartPlan().key()
     assert len({WarmStartPlan().key(), WarmStartPlan(sft_steps=3).key(), WarmStartPlan(seed=1).key()}) == 3
+    # fields added later count only when set: the candidates measured before them keep their directories
+    assert WarmStartPlan().key() == "3dd12334cb"
+    assert WarmStartPlan(sft_steps=1000, space_tokens=True).key() == "3a009d2453"
+    assert WarmStartPlan(revalued=4).key() not in {WarmStartPlan().key(), WarmStartPlan(revalued=5).key()}
+    assert WarmStartPlan(sft_steps=1000, space_tokens=True, revalued=8).key() == "9092bb40b1"
+    assert WarmStartPlan(value_pool=200).key() not in {WarmStartPlan().key(), WarmStartPlan(value_pool=300).key()}
+    assert WarmStartPlan(value_pool=200).gen_config().value_pool == 200 and WarmStartPlan().gen_config().value_pool == 0
 
 
 def test_sft_config_takes_exactly_the_planned_updates() -> None:

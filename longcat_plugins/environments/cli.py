@@ -36,6 +36,7 @@ GEN_HELP = {
     "max_attempts": "A: attempts to sample a valid chain",
     "max_seeds": "most seed chains per environment",
     "filler_per_entity": "unrelated records per entity in each database",
+    "value_pool": "draw codes, emails, names, ... from a fixed pool of this many per kind (0: off)",
 }
 
 

@@ -26,6 +26,9 @@ class GenConfig:
     max_attempts: int = 16
     max_seeds: int = 4
     filler_per_entity: int = 2
+    #: > 0: stated strings (codes, emails, phones, names, ...) come from a fixed pool of this many
+    #: per kind, shared by every seed (:func:`~longcat_plugins.environments.values.value_pool`)
+    value_pool: int = 0
 
     def problems(self) -> list[str]:
         """Every inconsistent knob, each message starting with the knob's name."""
@@ -36,6 +39,8 @@ class GenConfig:
         for name in ("expand_min", "expand_max", "filler_per_entity"):
             if getattr(self, name) < 0:
                 out.append(f"{name}: must be >= 0 (got {getattr(self, name)})")
+        if self.value_pool < 0 or 0 < self.value_pool < 20:
+            out.append(f"value_pool: must be 0 (off) or >= 20 (got {self.value_pool})")
         if self.max_chain < self.min_chain:
             out.append(f"max_chain: {self.max_chain} < min_chain {self.min_chain}")
         if self.expand_max < self.expand_min:

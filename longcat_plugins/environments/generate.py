@@ -134,7 +134,7 @@ class _Builder:
         self.cfg = gen.cfg
         self.graph = gen.graph
         self.rng = rng
-        self.values = ValueMaker(rng)
+        self.values = ValueMaker(rng, pool=self.cfg.value_pool)
         self.tables: Tables = {e: {} for e in self.spec.entities}
         self.serial: dict[str, int] = {e: 0 for e in self.spec.entities}
         self.env_tools: list[str] = []

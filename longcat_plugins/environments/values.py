@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import datetime as _dt
+import functools
 import random
 import string
 from typing import Any
@@ -33,11 +34,47 @@ STREETS = "Oak Pine Elm Maple Cedar Birch Harbor Lake Hill River Park Mill Churc
 WORDS = "late broken missing wrong quick fragile urgent spare extra blue quiet early weekly noisy bright small".split()
 
 
-class ValueMaker:
-    """Random field values from one RNG, unique where the field (or the entity label) demands it."""
+#: field types whose values a pooled :class:`ValueMaker` draws from :func:`value_pool`: the strings a
+#: task states for the agent to copy; enums, numbers, dates and references are drawn as always
+POOLED_TYPES = ("code", "email", "phone", "name", "word", "text", "city")
 
-    def __init__(self, rng: random.Random) -> None:
+
+def pool_kind(f: FieldSpec) -> str:
+    """Which pool a field draws from: its type, with street addresses apart from other text."""
+    return "street" if f.type == "text" and ("street" in f.name or "address" in f.name) else f.type
+
+
+POOL_KINDS = ("code", "email", "phone", "name", "word", "text", "street", "city")
+
+
+@functools.lru_cache(maxsize=64)
+def value_pool(kind: str, size: int) -> tuple[str, ...]:
+    """``size`` distinct values of ``kind`` (all 24 for ``city``), the same for every generator seed:
+    held-out environments draw from the pool the training ones did, so a model can be given each
+    value as one token while which value a task states stays a draw from hundreds."""
+    if kind not in POOL_KINDS:
+        raise ValueError(f"no value pool of kind {kind!r}; kinds: {', '.join(POOL_KINDS)}")
+    if kind == "city":
+        return tuple(CITIES)
+    field = FieldSpec(name="street" if kind == "street" else kind, type="text" if kind == "street" else kind)
+    maker = ValueMaker(random.Random(f"value-pool:{kind}"))
+    out: dict[str, None] = {}
+    for _ in range(size * 50):
+        out[maker._raw(field, 0)] = None
+        if len(out) == size:
+            return tuple(out)
+    raise ValueError(f"value_pool: fewer than {size} distinct {kind} values")
+
+
+class ValueMaker:
+    """Random field values from one RNG, unique where the field (or the entity label) demands it.
+
+    ``pool``: draw the :data:`POOLED_TYPES` from :func:`value_pool` of that size (0: from their
+    whole space)."""
+
+    def __init__(self, rng: random.Random, pool: int = 0) -> None:
         self.rng = rng
+        self.pool = pool
         self.used: dict[tuple[str, str], set[Any]] = {}
 
     def make(self, entity: str, f: FieldSpec, unique: bool = False) -> Any:
@@ -70,6 +107,8 @@ class ValueMaker:
     def _raw(self, f: FieldSpec, attempt: int) -> Any:
         r = self.rng
         t = f.type
+        if self.pool and t in POOLED_TYPES:
+            return r.choice(value_pool(pool_kind(f), self.pool))
         if t == "name":
             return f"{r.choice(FIRST)} {r.choice(LAST)}"
         if t == "email":

@@ -21,7 +21,9 @@ from __future__ import annotations
 
 import hashlib
 import json
-from dataclasses import asdict, dataclass
+import random
+import string
+from dataclasses import asdict, dataclass, replace
 from pathlib import Path
 from typing import Any
 
@@ -85,14 +87,30 @@ class WarmStartPlan:
     #: message ("is DKP72P" -> 'ĠD','K',...) is another token than in the call ('"DKP72P"' -> 'D','K',
     #: ...), so the model cannot copy it by matching tokens (an induction head's mechanism)
     space_tokens: bool = False
+    #: re-valued copies of each golden trajectory added to the SFT data (see :func:`revalued_rows`):
+    #: with a few epochs over ~900 trajectories a tiny model learns each training value by heart
+    #: (its message -> its id) instead of copying; fresh values in every copy leave copying as the
+    #: only way to lower the loss on them
+    revalued: int = 0
+    #: > 0: every string a task states for the agent to copy (codes, emails, phones, names, ...; both
+    #: splits) is drawn from a fixed pool of this many per kind, and each pool value and each record
+    #: id (``SHP-0003``) is one token of the tokenizer (:func:`value_tokens`): copying it is one
+    #: content-based attention lookup rather than a ~6-token induction chain
+    value_pool: int = 0
 
     def key(self) -> str:
         """A short digest of every field: a changed plan builds into its own cache directory
-        (``space_tokens`` counts only when set, so the plans measured before it keep their keys)."""
+        (``space_tokens``, ``revalued`` and ``value_pool`` count only when set, so the plans measured
+        before them keep their keys)."""
         fields = asdict(self)
-        if not self.space_tokens:
-            del fields["space_tokens"]
+        for name, default in (("space_tokens", False), ("revalued", 0), ("value_pool", 0)):
+            if fields[name] == default:
+                del fields[name]
         return hashlib.sha1(json.dumps(fields, sort_keys=True).encode()).hexdigest()[:10]
+
+    def gen_config(self) -> GenConfig:
+        """The generator's settings for both splits: short chains, pooled values if planned."""
+        return replace(SHORT_CHAINS, value_pool=self.value_pool)
 
     def sft_config(self, rows: int) -> SFTConfig:
         """verl SFT hyperparameters for ``rows`` trajectories: whole trajectories in each sample,
@@ -120,10 +138,33 @@ def static_lines(rows: list[dict[str, Any]]) -> list[str]:
     return sorted(line for line, n in counts.items() if n >= 2)
 
 
+#: record ids ``<prefix>-0001`` .. of each entity made single tokens under a value pool (an
+#: environment of the short-chain generator has at most a few dozen records of an entity)
+KEY_TOKENS = 99
+
+
+def value_tokens(pool: int) -> list[str]:
+    """Every value of the :data:`DOMAIN`'s pools of size ``pool`` and its record ids: the strings a
+    task asks the agent to copy, each made one token under ``WarmStartPlan(value_pool=pool)``."""
+    from longcat_plugins.environments.spec import load_spec
+    from longcat_plugins.environments.values import POOL_KINDS, value_pool
+
+    values = {v: None for kind in POOL_KINDS for v in value_pool(kind, pool)}
+    for entity in load_spec(DOMAIN).entities.values():
+        values.update({f"{entity.prefix}-{n:04d}": None for n in range(1, KEY_TOKENS + 1)})
+    return list(values)
+
+
 def build_tool_tokenizer(
-    out: Path, rows: list[dict[str, Any]], seed: int, vocab_size: int, space_tokens: bool = False
+    out: Path,
+    rows: list[dict[str, Any]],
+    seed: int,
+    vocab_size: int,
+    space_tokens: bool = False,
+    value_pool: int = 0,
 ) -> None:
-    """A BPE tokenizer trained on the rendered trajectories, plus the recurring system-prompt lines as tokens."""
+    """A BPE tokenizer trained on the rendered trajectories, plus the recurring system-prompt lines
+    (and under a ``value_pool``, :func:`value_tokens`) as tokens."""
     from jinja2 import Template
     from transformers import AutoTokenizer
 
@@ -132,6 +173,8 @@ def build_tool_tokenizer(
     build_tokenizer(out, seed, vocab_size, corpus=corpus, chat_template=TOOL_CHAT_TEMPLATE, space_tokens=space_tokens)
     tok = AutoTokenizer.from_pretrained(out)
     tok.add_tokens(static_lines(rows))
+    if value_pool:
+        tok.add_tokens(value_tokens(value_pool))
     tok.save_pretrained(out)
 
 
@@ -151,7 +194,7 @@ def rl_rows(tasks_parquet: Path, out: Path, split: str) -> None:
 TRAIN_CHUNK = 120
 
 
-def generate_train_environments(out: Path, count: int, seed: int) -> None:
+def generate_train_environments(out: Path, count: int, seed: int, config: GenConfig = SHORT_CHAINS) -> None:
     """``count`` environments as chunks of :data:`TRAIN_CHUNK` from generator seeds ``seed``,
     ``seed + 1``, ... (``out/<k>/``), their task rows merged into ``out/tasks.parquet``."""
     import pandas as pd
@@ -161,7 +204,7 @@ def generate_train_environments(out: Path, count: int, seed: int) -> None:
     parts = []
     for k, start in enumerate(range(0, count, TRAIN_CHUNK)):
         n = min(TRAIN_CHUNK, count - start)
-        generate_environments(DOMAIN, n, out / str(k), seed=seed + k, config=SHORT_CHAINS)
+        generate_environments(DOMAIN, n, out / str(k), seed=seed + k, config=config)
         parts.append(pd.read_parquet(out / str(k) / "tasks.parquet"))
     pd.concat(parts, ignore_index=True).to_parquet(out / "tasks.parquet")
 
@@ -170,9 +213,9 @@ def prepare_data(tmp: Path, plan: WarmStartPlan) -> list[dict[str, Any]]:
     """Environments, RL rows, SFT rows and the tokenizer + random model under ``tmp``; returns the SFT rows."""
     from longcat_plugins.environments.envgen import generate_environments
 
-    generate_train_environments(tmp / "envs-train", plan.train_envs, plan.seed)
+    generate_train_environments(tmp / "envs-train", plan.train_envs, plan.seed, plan.gen_config())
     generate_environments(
-        DOMAIN, plan.val_envs, tmp / "envs-val", seed=plan.seed + 10_000, config=SHORT_CHAINS, split="test"
+        DOMAIN, plan.val_envs, tmp / "envs-val", seed=plan.seed + 10_000, config=plan.gen_config(), split="test"
     )
     rl_rows(tmp / "envs-train" / "tasks.parquet", tmp / "train.parquet", "train")
     rl_rows(tmp / "envs-val" / "tasks.parquet", tmp / "val.parquet", "test")
@@ -182,11 +225,78 @@ def prepare_data(tmp: Path, plan: WarmStartPlan) -> list[dict[str, Any]]:
 
     rows = sft_rows(task_infos(tmp / "envs-train" / "tasks.parquet"), _NoTemplateTools(), RENDER)
     (tmp / "base").mkdir()
-    build_tool_tokenizer(tmp / "base", rows, plan.seed, plan.vocab_size, plan.space_tokens)
+    build_tool_tokenizer(tmp / "base", rows, plan.seed, plan.vocab_size, plan.space_tokens, plan.value_pool)
+    rows = rows + revalued_rows(rows, plan.revalued, plan.seed, plan.value_pool)
     rows = fitting_rows(rows, tmp / "base", plan.sft_max_length)
     write_sft_parquet(rows, tmp / "sft.parquet")
     build_model(tmp / "base", plan.size, plan.seed)
     return rows
+
+
+#: the first call's argument values that are re-drawn: strings of at least this many letters and
+#: digits (ids, codes, emails, phones, names), not enum values (those are named in the system prompt)
+REVALUE_MIN_CHARS = 5
+
+
+def _fresh(value: str, rng: random.Random) -> str:
+    """``value`` with each letter and digit redrawn in its class (case kept); an email's domain kept."""
+    local, at, domain = value.partition("@")
+    out = [
+        rng.choice(string.ascii_uppercase)
+        if c.isupper()
+        else rng.choice(string.ascii_lowercase)
+        if c.islower()
+        else rng.choice(string.digits)
+        if c.isdigit()
+        else c
+        for c in local
+    ]
+    return "".join(out) + at + domain
+
+
+def revalued_rows(rows: list[dict[str, Any]], copies: int, seed: int, pool: int = 0) -> list[dict[str, Any]]:
+    """``copies`` re-valued versions of each row: every string argument of the first call that the
+    user's message states (at least :data:`REVALUE_MIN_CHARS` letters/digits, not in the system prompt)
+    replaced by a fresh value of the same shape everywhere after the system prompt (message, calls,
+    tool results, answer), so each copy is the same task about another record. Deterministic per ``seed``.
+
+    ``pool``: the rows' values come from value pools of that size; a fresh value is another value of
+    the same pool that the trajectory does not contain (so it is one token too), and a value of no
+    pool is kept."""
+    if copies < 0:
+        raise ValueError(f"revalued: must be >= 0, got {copies}")
+    rng = random.Random(f"revalue-{seed}")
+    pools: dict[str, tuple[str, ...]] = {}
+    if pool:
+        from longcat_plugins.environments.values import POOL_KINDS, value_pool
+
+        pools = {v: value_pool(kind, pool) for kind in POOL_KINDS for v in value_pool(kind, pool)}
+    out = []
+    for _ in range(copies):
+        for row in rows:
+            messages = [dict(m) for m in row["messages"]]
+            system, question = messages[0]["content"], messages[1]["content"]
+            first = json.loads(messages[2]["content"][len("<tool_call>") : -len("</tool_call>")])
+            values = [
+                v
+                for v in first["arguments"].values()
+                if isinstance(v, str)
+                and sum(c.isalnum() for c in v) >= REVALUE_MIN_CHARS
+                and v in question
+                and v not in system
+            ]
+            for value in values:
+                if pool and value not in pools:
+                    continue
+                if pool:
+                    text = "".join(m["content"] for m in messages)
+                    fresh = rng.choice([v for v in pools[value] if v not in text])
+                else:
+                    fresh = _fresh(value, rng)
+                for m in messages[1:]:
+                    m["content"] = m["content"].replace(value, fresh)
+            out.append({**row, "messages": messages})
+    return out
 
 
 def fitting_rows(rows: list[dict[str, Any]], tokenizer_dir: Path, max_length: int) -> list[dict[str, Any]]:
