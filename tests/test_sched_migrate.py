@@ -6,10 +6,12 @@ Greedy decoding is deterministic, so a migrated sample must equal the decode tha
 from __future__ import annotations
 
 import asyncio
+import os
 import random
 from typing import Any
 
 import pytest
+import ray
 import torch
 from omegaconf import OmegaConf
 
@@ -295,3 +297,144 @@ def test_migrate_requests_must_be_a_boolean() -> None:
     with pytest.raises(ValueError, match="migrate_requests must be true or false"):
         DoraSettings(migrate_requests="yes")  # type: ignore[arg-type]
     assert DoraSettings().migrate_requests is True
+
+
+class Dying(Local):
+    """``Local`` for a replica that can die as a Ray actor does: from :meth:`kill` on, every
+    pending and later call fails with ``RayActorError`` (its partial work and unsent replies are
+    lost). ``before_call(method, kwargs)`` runs as each call arrives, before it is served."""
+
+    def __init__(self, target: Any, before_call: Any = None) -> None:
+        super().__init__(target)
+        self.dead = False
+        self.failed = 0  # calls that failed because it died: each one makes its caller notice
+        self.before_call = before_call
+        self._pending: set[asyncio.Future] = set()
+
+    def kill(self) -> None:
+        self.dead = True
+        for fut in list(self._pending):
+            if not fut.done():
+                self.failed += 1
+                fut.set_exception(ray.exceptions.RayActorError(error_msg="replica died"))
+
+    def __getattr__(self, name: str) -> Any:
+        inner = Local.__getattr__(self, name)
+        handle = self
+
+        class Method:
+            @staticmethod
+            def remote(*args: Any, **kwargs: Any) -> Any:
+                outer = asyncio.get_running_loop().create_future()
+                if handle.before_call is not None:
+                    handle.before_call(name, kwargs)
+                if handle.dead:
+                    handle.failed += 1
+                    outer.set_exception(ray.exceptions.RayActorError(error_msg="replica died"))
+                    return outer
+                handle._pending.add(outer)
+                work = inner.remote(*args, **kwargs)
+
+                def done(f: asyncio.Future) -> None:
+                    handle._pending.discard(outer)
+                    if not outer.done():
+                        outer.set_exception(f.exception()) if f.exception() else outer.set_result(f.result())
+
+                work.add_done_callback(done)
+                return outer
+
+        return Method
+
+
+def _death_mid_migration(tiny: Assets, victim: str, when: str, seed: int = 0) -> dict[str, float]:
+    """Three single-version ``hf`` replicas on version 1 under the roller; four requests run on
+    a, a plan moves two (s2, s3) to b, and ``victim`` dies ``when``: ``stop_reply`` (a stopped the
+    request but died before replying), ``continuation`` (as the first pinned continuation
+    reaches b, before b serves it), ``random`` (after a seeded delay). Every request must
+    complete exactly once, equal to the greedy one-version decode (tokens and log-probs), and
+    the balancer and the roller must hold nothing afterwards. Returns the step's metrics."""
+    rng = random.Random(seed)
+    base = HFServer({"prompt_length": 40, "response_length": 48}, {"local_path": str(tiny.model)})
+    v1 = {k: v.clone() for k, v in base.model.state_dict().items()}
+    batch = _prompts(tiny, 4)
+    reference = [asyncio.run(base.generate(p, dict(GREEDY), request_id=f"ref{i}")) for i, p in enumerate(batch)]
+    servers = {}
+    for rank, name in enumerate(("a", "b", "c")):
+        servers[name] = HFServer({"prompt_length": 40, "response_length": 48}, {"local_path": str(tiny.model)}, rank)
+        servers[name].eos_ids = set()
+        asyncio.run(servers[name].set_single_version(True))
+        asyncio.run(servers[name].update_weights(v1, global_steps=1))
+    handles = {name: Dying(server) for name, server in servers.items()}
+    if when == "continuation":
+
+        def on_b(method: str, kwargs: dict) -> None:
+            if method == "generate" and kwargs.get("dora_version") is not None:
+                handles[victim].kill()
+
+        handles["b"].before_call = on_b
+    if when == "stop_reply":
+        stop = servers["a"].stop_request
+
+        async def stop_then_die(*args: Any, **kwargs: Any) -> Any:
+            result = await stop(*args, **kwargs)
+            handles[victim].kill()
+            return result
+
+        servers["a"].stop_request = stop_then_die  # type: ignore[method-assign]
+    lb = DoraLoadBalancer(dict(handles), config=DoraConfig(balancer="none"), stop_requests=True, staleness=1)
+    client = DoraLLMServerClient(OmegaConf.create({"actor_rollout_ref": {"rollout": {"name": "hf"}}}), Local(lb))
+    a = servers["a"]
+
+    async def scenario() -> tuple[list, dict]:
+        await lb.enable_single_version(1, 1)
+        for i in range(4):
+            lb._request_id_to_server[f"s{i}"] = "a"  # verl's sticky sessions put all four on a
+        calls = [
+            asyncio.create_task(client.generate(f"s{i}", prompt_ids=p, sampling_params=dict(GREEDY)))
+            for i, p in enumerate(batch)
+        ]
+        while len(a._running) < 4 or len(a._running[0].tokens) < rng.randint(2, 8):
+            await asyncio.sleep(0.001)
+        lb._execute([Migration("s3", "a", "b"), Migration("s2", "a", "b")])
+        if when == "random":
+            await asyncio.sleep(rng.uniform(0, 0.15))
+            handles[victim].kill()
+        return await asyncio.wait_for(asyncio.gather(*calls), 60), await lb.end_step()
+
+    outs, metrics = asyncio.run(scenario())
+    assert len(outs) == 4  # one output per request: none lost, none twice
+    for out, ref in zip(outs, reference, strict=True):
+        assert out.stop_reason not in ("aborted", "migrated", "version_unavailable")
+        assert out.extra_fields["min_global_steps"] == out.extra_fields["max_global_steps"] == 1
+        assert out.token_ids == ref.token_ids and len(out.token_ids) == GREEDY["max_tokens"]
+        assert torch.allclose(torch.tensor(out.log_probs), torch.tensor(ref.log_probs), atol=1e-4)
+    if handles[victim].failed:  # a caller met the death: the replica is taken out
+        assert victim not in lb._inflight_requests and victim not in lb.roller.replicas
+    assert not lb._reserved and not lb._migrating  # every reservation released
+    assert all(not r.inflight for r in lb.roller.replicas.values())
+    assert all(n == 0 for n in lb._inflight_requests.values())
+    moved = outs[2:]
+    if victim == "b" or when == "stop_reply":  # the moves' prefixes are lost: restarted from the prompt
+        assert all(o.extra_fields["dora_restarts"] == 1 and o.extra_fields["dora_migrated_tokens"] == 0 for o in moved)
+    if victim == "a" and when == "continuation":  # the moves carried their prefix to b
+        assert metrics["dora/lb/continued_migrations"] == 2
+        assert all(o.extra_fields["dora_migrations"] == 1 and o.extra_fields["dora_migrated_tokens"] for o in moved)
+    if victim == "a":  # a's other requests restarted elsewhere
+        assert all(o.extra_fields["dora_restarts"] == 1 for o in outs[:2])
+    return metrics
+
+
+@pytest.mark.parametrize("victim,when", [("a", "stop_reply"), ("a", "continuation"), ("b", "continuation")])
+def test_replica_death_mid_migration_loses_and_duplicates_nothing(tiny: Assets, victim: str, when: str) -> None:
+    """The source dies after stopping the moved requests, before its reply (they restart), or
+    once the continuation reached the target (they continue there, the rest restart); the
+    target dies as the continuation reaches it (it restarts from the prompt, prefix dropped)."""
+    _death_mid_migration(tiny, victim, when)
+
+
+@pytest.mark.parametrize("seed", range(int(os.environ.get("DEATH_SEEDS", 6))))
+def test_replica_death_at_a_random_moment_of_a_migration(tiny: Assets, seed: int) -> None:
+    """The source, the target or the bystander c (where restarts may go) dies at a seeded moment
+    between the plan and the end of the decode (before the stop, between stop and continuation,
+    while the continuation runs)."""
+    _death_mid_migration(tiny, random.Random(seed).choice("abc"), "random", seed)

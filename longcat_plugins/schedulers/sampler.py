@@ -18,6 +18,18 @@ rules rather than its own copies:
   of the finished groups (oldest first), the batch takes a mix within ``domain_tolerance`` of
   ``domain_ratios`` whenever the finished groups allow one, else the closest mix; groups not
   taken stay finished in TransferQueue for the next batch.
+- **Replay (D2)** with the core's :class:`~longcat_plugins.schedulers.core.replay.ReplayBuffer`
+  and :func:`~longcat_plugins.schedulers.core.replay.replay_count` (``reuse_ratio > 0``): a
+  finished group evicted as stale (not one the online filter dropped, nor a failed one) is kept,
+  keyed by its TransferQueue prompt uid, instead of dropped; ``round(reuse_ratio * batch)`` of
+  the kept groups are drawn at random into each later batch, each once, and the batch's groups
+  are shuffled. Its tensors stay where they are: verl clears a stale group's prompt *and*
+  trajectory keys at eviction (``_clear_groups``) but a trained batch's trajectory keys only at
+  the step's end, so at eviction only the prompt key is cleared (verl refills the prompt, the
+  dispatch planner frees its quota) and the trajectory keys are kept in TransferQueue until the
+  group is replayed (then the trainer clears them after its step) or leaves the buffer over
+  ``replay_capacity`` (cleared then). Replayed samples are older than ``staleness`` by design:
+  their staleness is reported apart (``dora/replay/*``) and the bound is asserted on the rest.
 
 It reports what DORA measures (``dora/*``): staleness, versions mixed in a batch, prompts still
 generating when training took the batch, the trainer's wait, filtered groups, domain mix.
@@ -28,6 +40,7 @@ Selected by the ``dora`` trainer by default, or explicitly with
 
 from __future__ import annotations
 
+import random
 import time
 from collections import Counter
 from collections.abc import Callable, Iterable
@@ -43,6 +56,7 @@ from longcat_plugins.schedulers.core.config import ConfigError
 from longcat_plugins.schedulers.core.filtering import filter_verdict
 from longcat_plugins.schedulers.core.queue import is_fresh, sample_staleness
 from longcat_plugins.schedulers.core.quotas import DomainQuotas
+from longcat_plugins.schedulers.core.replay import ReplayBuffer, replay_count
 from longcat_plugins.schedulers.settings import SETTINGS_PATH, DoraSettings
 
 PREFIX = "dora"
@@ -132,6 +146,14 @@ class DoraReplayBuffer(ReplayBufferAsync):
         #: may have freed: top up), and with every training batch taken (its groups leave the quota)
         self.on_poll: Callable[[], None] | None = None
         self.on_sampled: Callable[[KVBatchMeta], None] | None = None
+        #: D2: stale groups kept for replay (prompt uids; their trajectories stay in TransferQueue)
+        self.replay: ReplayBuffer[str] | None = None
+        if settings.reuse_ratio > 0:
+            self.replay = ReplayBuffer(settings.replay_capacity, random.Random(0))
+        self._rng = random.Random(0)
+        self._keep_trajectories: set[str] = set()
+        self._replayed: list[str] = []
+        self._replay_counts: Counter[str] = Counter()
 
     # -- what the core decides -------------------------------------------------------------------
 
@@ -245,7 +267,45 @@ class DoraReplayBuffer(ReplayBufferAsync):
                 self._filtered_since_sample[group.verdict] += 1
                 if group.domain is not None:
                     self._filtered_domains_since_sample[group.domain] += 1
-        return super()._evict_terminal_groups(global_steps, partition_id, eviction_reasons)
+        stale, filtered, failed, _ = eviction_reasons
+        if self.replay is None or partition_id == "val":
+            return super()._evict_terminal_groups(global_steps, partition_id, eviction_reasons)
+        self._keep_trajectories = (stale - filtered - failed) & self.finished_keys[partition_id]
+        try:
+            return super()._evict_terminal_groups(global_steps, partition_id, eviction_reasons)
+        finally:
+            kept, self._keep_trajectories = self._keep_trajectories, set()
+            self._buffer(partition_id, kept)
+
+    def _clear_groups(self, partition_id: str, uids: set[str]) -> None:
+        """verl's eviction; groups kept for replay lose only their prompt key (their trajectory
+        keys and tags stay in TransferQueue and in the metadata snapshot)."""
+        keep = uids & self._keep_trajectories
+        super()._clear_groups(partition_id, uids - keep)
+        if keep:
+            verl_replay_buffer.tq.kv_clear(partition_id=partition_id, keys=sorted(keep))
+            for status_keys in (self.pending_keys, self.running_keys, self.finished_keys, self.failure_keys):
+                status_keys[partition_id].difference_update(keep)
+            for uid in keep:
+                self.prompt_global_steps[partition_id].pop(uid, None)
+                self._dapo_classification_cache[partition_id].pop(uid, None)
+
+    def _trajectory_keys(self, partition_id: str, uids: set[str]) -> list[str]:
+        return sorted(key for key in self.partitions[partition_id] if key.split("_")[0] in uids)
+
+    def _buffer(self, partition_id: str, uids: set[str]) -> None:
+        """Keep evicted stale groups for replay; clear the trajectories of any the buffer drops."""
+        assert self.replay is not None
+        before = set(self.replay.items)
+        for uid in sorted(uids):
+            self.replay.add(uid)
+        self._replay_counts["buffered"] += len(uids)
+        self._drop_replay(partition_id, (before | uids) - set(self.replay.items))
+
+    def _drop_replay(self, partition_id: str, uids: set[str]) -> None:
+        if uids:
+            self._replay_counts["dropped"] += len(uids)
+            verl_replay_buffer.tq.kv_clear(partition_id=partition_id, keys=self._trajectory_keys(partition_id, uids))
 
     def domain_quotas(self, batch_size: int, domains: Iterable[str]) -> DomainQuotas:
         """The core's quotas for one batch; a domain the settings do not name is an error."""
@@ -263,6 +323,14 @@ class DoraReplayBuffer(ReplayBufferAsync):
         # verl's order (oldest submission first), ties broken by uid so a batch is reproducible
         ordered = sorted(sampleable_keys, key=lambda uid: (steps.get(uid, 0), uid))
         self._batch_domains, self._batch_balanced = Counter(), None
+        self._replayed = []
+        if self.replay is not None and partition_id != "val":
+            present = {key.split("_")[0] for key in partition}
+            gone = {uid for uid in self.replay.items if uid not in present}  # cleared elsewhere
+            self.replay.items = [uid for uid in self.replay.items if uid not in gone]
+            self._replay_counts["dropped"] += len(gone)
+            self._replayed = self.replay.take(replay_count(self.settings.reuse_ratio, batch_size))
+            batch_size -= len(self._replayed)
         if partition_id == "val" or not self.balances_domains:
             return ordered[:batch_size], partition, steps
         groups = self.finished_groups(partition_id)
@@ -276,6 +344,25 @@ class DoraReplayBuffer(ReplayBufferAsync):
         domain_of = dict((uid, d) for d, uid in candidates)
         self._batch_domains = Counter(domain_of[uid] for uid in chosen)
         return chosen, partition, steps
+
+    def _materialize_batch(
+        self, partition_id: str, selected_prompt_uids: list[str], partition_snapshot: dict[str, dict]
+    ) -> KVBatchMeta:
+        """verl's batch of the fresh groups, plus the replayed groups' trajectories, the groups
+        shuffled (D2: so a replayed group's place in the batch says nothing of its age)."""
+        batch = super()._materialize_batch(partition_id, selected_prompt_uids, partition_snapshot)
+        if not self._replayed:
+            return batch
+        replayed = set(self._replayed)
+        rows = list(zip(batch.keys, batch.tags, strict=True))
+        rows += [(key, tag) for key, tag in partition_snapshot.items() if key.split("_")[0] in replayed]
+        groups: dict[str, list[tuple[str, dict]]] = {}
+        for key, tag in rows:
+            groups.setdefault(key.split("_")[0], []).append((key, tag))
+        order = sorted(groups)
+        self._rng.shuffle(order)
+        rows = [row for uid in order for row in groups[uid]]
+        return KVBatchMeta(partition_id=partition_id, keys=[k for k, _ in rows], tags=[t for _, t in rows])
 
     # -- the batch -------------------------------------------------------------------------------
 
@@ -291,7 +378,13 @@ class DoraReplayBuffer(ReplayBufferAsync):
             return batch, metrics
         waited = time.perf_counter() - start
         inflight = len(self.pending_keys[partition_id]) + len(self.running_keys[partition_id])
-        versions = [v for v in (trajectory_version(tag) for tag in batch.tags) if v is not None]
+        replayed = set(self._replayed)
+        tagged = [
+            (key.split("_")[0] in replayed, trajectory_version(tag))
+            for key, tag in zip(batch.keys, batch.tags, strict=True)
+        ]
+        versions = [v for old, v in tagged if v is not None and not old]  # the fresh: bound by staleness
+        replay_lags = np.array([version_lag(global_steps, v) for old, v in tagged if old and v is not None], float)
         lags = np.array([version_lag(global_steps, v) for v in versions], dtype=float)
         if lags.size and not is_fresh(trained_version(global_steps), min(versions), self.staleness):
             raise AssertionError(
@@ -315,6 +408,20 @@ class DoraReplayBuffer(ReplayBufferAsync):
                 f"{PREFIX}/staleness/bound": float(self.staleness),
             }
         )
+        if self.replay is not None:
+            metrics.update(
+                {
+                    f"{PREFIX}/replay/buffered": float(self._replay_counts["buffered"]),
+                    f"{PREFIX}/replay/replayed": float(len(replayed)),
+                    f"{PREFIX}/replay/dropped": float(self._replay_counts["dropped"]),
+                    f"{PREFIX}/replay/size": float(len(self.replay)),
+                    f"{PREFIX}/replay/staleness/mean": float(replay_lags.mean()) if replay_lags.size else 0.0,
+                    f"{PREFIX}/replay/staleness/max": float(replay_lags.max()) if replay_lags.size else 0.0,
+                }
+            )
+            self.last_sample["replayed_groups"] = sorted(replayed)
+            self._replay_counts = Counter()
+            self._replayed = []
         evicted = metrics.get("training/off_policy/evicted_samples")
         if evicted is not None:
             metrics[f"{PREFIX}/evicted_stale_groups"] = float(evicted)

@@ -78,6 +78,10 @@ class DoraSettings:
             a prompt starts ``k_min + round((k_max - k_min) * (1 - pass_rate))`` groups.
         default_pass_rate / pass_rate_momentum: a prompt's pass rate before its first trained
             group, and the weight of every trained group's accuracy in it.
+        reuse_ratio / replay_capacity: replay (D2): finished groups that went stale before a
+            batch took them are kept (up to ``replay_capacity`` groups, oldest dropped first)
+            and ``round(reuse_ratio * batch)`` of them are mixed into each later batch, each
+            once (the core's ``DoraConfig.reuse_ratio``); 0: dropped and regenerated.
     """
 
     staleness: int = 1
@@ -106,6 +110,8 @@ class DoraSettings:
     oversampling_max: int = 1
     default_pass_rate: float = 0.5
     pass_rate_momentum: float = 0.5
+    reuse_ratio: float = 0.0
+    replay_capacity: int = 64
 
     def __post_init__(self) -> None:
         if not isinstance(self.staleness, int) or self.staleness < 0:
@@ -193,6 +199,8 @@ class DoraSettings:
                 "oversampling_max": self.oversampling_max,
                 "default_pass_rate": float(self.default_pass_rate),
                 "pass_rate_momentum": float(self.pass_rate_momentum),
+                "reuse_ratio": self.reuse_ratio,
+                "replay_capacity": self.replay_capacity,
             },
             path=SETTINGS_PATH,
         )
