@@ -131,6 +131,28 @@ def _server(tiny: Assets, rank: int, versions: list[tuple[int, dict]]) -> HFServ
     return server
 
 
+def _base(tiny: Assets) -> tuple[HFServer, dict]:
+    """A plain server on the tiny model, and a copy of its weights (version 1 of the tests)."""
+    base = HFServer({"prompt_length": 40, "response_length": 48}, {"local_path": str(tiny.model)})
+    return base, {k: v.clone() for k, v in base.model.state_dict().items()}
+
+
+def _newer(v1: dict) -> dict:
+    """Version 2: version 1 perturbed, so a sample joining the two would show in its tokens."""
+    return {k: v + 0.05 * torch.randn_like(v) for k, v in v1.items()}
+
+
+def _rebalancing() -> DoraConfig:
+    """Plans a migration as soon as two replicas' loads differ by two."""
+    return DoraConfig(cap_before_rebalance=8, cap_after_rebalance=4, rebalance_threshold=0.25)
+
+
+def _router(handles: dict[str, Any], config: DoraConfig) -> tuple[DoraLoadBalancer, DoraLLMServerClient]:
+    """The real router over ``handles`` (stopping requests, staleness 1) and a client on it."""
+    lb = DoraLoadBalancer(handles, config=config, stop_requests=True, staleness=1)
+    return lb, DoraLLMServerClient(OmegaConf.create({"actor_rollout_ref": {"rollout": {"name": "hf"}}}), Local(lb))
+
+
 GREEDY = {"temperature": 0, "logprobs": True, "max_tokens": 36}
 
 
@@ -138,19 +160,12 @@ def test_migrated_requests_continue_on_their_version_and_equal_the_unmoved_decod
     """Four requests start on replica a; replica b joins, the core's plan moves two of them;
     each is stopped on a and continued on b from its prefix on version 1, although b's newest
     weights are version 2. Every sample is one version, equal to greedy without the move."""
-    base = HFServer({"prompt_length": 40, "response_length": 48}, {"local_path": str(tiny.model)})
-    v1 = {k: v.clone() for k, v in base.model.state_dict().items()}
-    v2 = {k: v + 0.05 * torch.randn_like(v) for k, v in v1.items()}
+    base, v1 = _base(tiny)
+    v2 = _newer(v1)
     a, b = _server(tiny, 0, [(1, v1)]), _server(tiny, 1, [(1, v1), (2, v2)])
     batch = _prompts(tiny, 4)
     reference = [asyncio.run(a.generate(p, dict(GREEDY), request_id=f"ref{i}")) for i, p in enumerate(batch)]
-    lb = DoraLoadBalancer(
-        {"a": Local(a)},
-        config=DoraConfig(cap_before_rebalance=8, cap_after_rebalance=4, rebalance_threshold=0.25),
-        stop_requests=True,
-        staleness=1,
-    )
-    client = DoraLLMServerClient(OmegaConf.create({"actor_rollout_ref": {"rollout": {"name": "hf"}}}), Local(lb))
+    lb, client = _router({"a": Local(a)}, _rebalancing())
 
     async def scenario() -> tuple[list, dict]:
         calls = [
@@ -179,9 +194,8 @@ def test_migrated_requests_continue_on_their_version_and_equal_the_unmoved_decod
 def test_a_migration_to_a_replica_without_the_version_restarts_from_the_prompt(tiny: Assets) -> None:
     """Replica b holds only version 2: the continuation is refused there and the request
     restarts from its prompt; nothing is lost, and no sample joins tokens of two versions."""
-    base = HFServer({"prompt_length": 40, "response_length": 48}, {"local_path": str(tiny.model)})
-    v1 = {k: v.clone() for k, v in base.model.state_dict().items()}
-    v2 = {k: v + 0.05 * torch.randn_like(v) for k, v in v1.items()}
+    base, v1 = _base(tiny)
+    v2 = _newer(v1)
     a, b = _server(tiny, 0, [(1, v1)]), _server(tiny, 1, [(2, v2)])
     asyncio.run(b.set_staleness(0))
     batch = _prompts(tiny, 4)
@@ -189,13 +203,7 @@ def test_a_migration_to_a_replica_without_the_version_restarts_from_the_prompt(t
         steps: [asyncio.run(s.generate(p, dict(GREEDY), request_id=f"r{i}")) for i, p in enumerate(batch)]
         for steps, s in ((1, a), (2, b))
     }
-    lb = DoraLoadBalancer(
-        {"a": Local(a)},
-        config=DoraConfig(cap_before_rebalance=8, cap_after_rebalance=4, rebalance_threshold=0.25),
-        stop_requests=True,
-        staleness=1,
-    )
-    client = DoraLLMServerClient(OmegaConf.create({"actor_rollout_ref": {"rollout": {"name": "hf"}}}), Local(lb))
+    lb, client = _router({"a": Local(a)}, _rebalancing())
 
     async def scenario() -> list:
         calls = [
@@ -219,12 +227,10 @@ def test_stale_requests_are_stopped_at_publish_and_restarted_on_the_newest_versi
     """Multi-version path: requests running on version 1 when version 3 is published (staleness
     1) are stopped at once by ``end_step(3)``, restarted by the client on version 3, counted in
     ``dora/lb/stale_aborted``; the freed slot goes to the restart immediately."""
-    base = HFServer({"prompt_length": 40, "response_length": 48}, {"local_path": str(tiny.model)})
-    v1 = {k: v.clone() for k, v in base.model.state_dict().items()}
+    base, v1 = _base(tiny)
     a = _server(tiny, 0, [(1, v1)])
     batch = _prompts(tiny, 2)
-    lb = DoraLoadBalancer({"a": Local(a)}, config=DoraConfig(), stop_requests=True, staleness=1)
-    client = DoraLLMServerClient(OmegaConf.create({"actor_rollout_ref": {"rollout": {"name": "hf"}}}), Local(lb))
+    lb, client = _router({"a": Local(a)}, DoraConfig())
     ref = [asyncio.run(base.generate(p, dict(GREEDY), request_id=f"r{i}")) for i, p in enumerate(batch)]
 
     async def scenario() -> tuple[list, dict]:
@@ -251,8 +257,7 @@ def test_single_version_replicas_execute_a_plan_on_the_replica_holding_the_versi
     plan moving two of replica a's four running requests to b is executed (b reserved in the
     roller, the requests stopped on a and continued on b on version 1). The samples equal the
     unmoved greedy decode and the roller ends with nothing in flight anywhere."""
-    base = HFServer({"prompt_length": 40, "response_length": 48}, {"local_path": str(tiny.model)})
-    v1 = {k: v.clone() for k, v in base.model.state_dict().items()}
+    base, v1 = _base(tiny)
     servers = {}
     for rank, name in enumerate(("a", "b")):
         servers[name] = HFServer({"prompt_length": 40, "response_length": 48}, {"local_path": str(tiny.model)}, rank)
@@ -262,10 +267,7 @@ def test_single_version_replicas_execute_a_plan_on_the_replica_holding_the_versi
     a, b = servers["a"], servers["b"]
     batch = _prompts(tiny, 4)
     reference = [asyncio.run(a.generate(p, dict(GREEDY), request_id=f"ref{i}")) for i, p in enumerate(batch)]
-    lb = DoraLoadBalancer(
-        {n: Local(s) for n, s in servers.items()}, config=DoraConfig(balancer="none"), stop_requests=True, staleness=1
-    )
-    client = DoraLLMServerClient(OmegaConf.create({"actor_rollout_ref": {"rollout": {"name": "hf"}}}), Local(lb))
+    lb, client = _router({n: Local(s) for n, s in servers.items()}, DoraConfig(balancer="none"))
 
     async def scenario() -> tuple[list, dict]:
         await lb.enable_single_version(1, 1)
@@ -354,8 +356,7 @@ def _death_mid_migration(tiny: Assets, victim: str, when: str, seed: int = 0) ->
     complete exactly once, equal to the greedy one-version decode (tokens and log-probs), and
     the balancer and the roller must hold nothing afterwards. Returns the step's metrics."""
     rng = random.Random(seed)
-    base = HFServer({"prompt_length": 40, "response_length": 48}, {"local_path": str(tiny.model)})
-    v1 = {k: v.clone() for k, v in base.model.state_dict().items()}
+    base, v1 = _base(tiny)
     batch = _prompts(tiny, 4)
     reference = [asyncio.run(base.generate(p, dict(GREEDY), request_id=f"ref{i}")) for i, p in enumerate(batch)]
     servers = {}
@@ -381,8 +382,7 @@ def _death_mid_migration(tiny: Assets, victim: str, when: str, seed: int = 0) ->
             return result
 
         servers["a"].stop_request = stop_then_die  # type: ignore[method-assign]
-    lb = DoraLoadBalancer(dict(handles), config=DoraConfig(balancer="none"), stop_requests=True, staleness=1)
-    client = DoraLLMServerClient(OmegaConf.create({"actor_rollout_ref": {"rollout": {"name": "hf"}}}), Local(lb))
+    lb, client = _router(dict(handles), DoraConfig(balancer="none"))
     a = servers["a"]
 
     async def scenario() -> tuple[list, dict]:

@@ -62,6 +62,11 @@ from longcat_plugins.schedulers.settings import SETTINGS_PATH, DoraSettings
 PREFIX = "dora"
 
 
+def group_uid(key: str) -> str:
+    """The prompt group a TransferQueue trajectory key belongs to (verl keys it ``<uid>_<index>``)."""
+    return key.split("_")[0]
+
+
 def trajectory_version(tag: dict[str, Any]) -> int | None:
     """The weights version that generated a trajectory (its oldest, if it spans several)."""
     version = tag.get("min_global_steps")
@@ -167,7 +172,7 @@ class DoraReplayBuffer(ReplayBufferAsync):
         for key, tag in self.partitions[partition_id].items():
             version = trajectory_version(tag)
             if version is not None:
-                versions.setdefault(key.split("_")[0], []).append(version)
+                versions.setdefault(group_uid(key), []).append(version)
         return versions
 
     def _stale_terminal_keys(self, global_steps: int, partition_id: str) -> set[str]:
@@ -197,8 +202,8 @@ class DoraReplayBuffer(ReplayBufferAsync):
         if not fields:
             cache.update({uid: FinishedGroup(None, None, None) for uid in new})
             return cache
-        keys = sorted(key for key in self.partitions[partition_id] if key.split("_")[0] in new)
-        missing = new - {key.split("_")[0] for key in keys}
+        keys = self._trajectory_keys(partition_id, new)
+        missing = new - {group_uid(key) for key in keys}
         if missing:
             raise RuntimeError(f"dora sampler: finished groups without trajectories: {sorted(missing)[:5]}")
         data = verl_replay_buffer.tq.kv_batch_get(keys=keys, partition_id=partition_id, select_fields=fields)
@@ -212,7 +217,7 @@ class DoraReplayBuffer(ReplayBufferAsync):
                     f"(rm_scores of every trajectory), got {len(scores)} for {len(keys)} trajectories"
                 )
             for key, score in zip(keys, scores, strict=True):
-                rewards.setdefault(key.split("_")[0], []).append(float(score.sum().item()))
+                rewards.setdefault(group_uid(key), []).append(float(score.sum().item()))
         if self.balances_domains:
             values = _column(data, path[0])
             if len(values) != len(keys):
@@ -222,7 +227,7 @@ class DoraReplayBuffer(ReplayBufferAsync):
                 )
             for key, value in zip(keys, values, strict=True):
                 domain = _lookup(value, path[1:]) if len(path) > 1 else value
-                uid = key.split("_")[0]
+                uid = group_uid(key)
                 if domain is None:
                     raise ValueError(
                         f"dora sampler: {SETTINGS_PATH}.domain_key={self.settings.domain_key!r} "
@@ -291,7 +296,7 @@ class DoraReplayBuffer(ReplayBufferAsync):
                 self._dapo_classification_cache[partition_id].pop(uid, None)
 
     def _trajectory_keys(self, partition_id: str, uids: set[str]) -> list[str]:
-        return sorted(key for key in self.partitions[partition_id] if key.split("_")[0] in uids)
+        return sorted(key for key in self.partitions[partition_id] if group_uid(key) in uids)
 
     def _buffer(self, partition_id: str, uids: set[str]) -> None:
         """Keep evicted stale groups for replay; clear the trajectories of any the buffer drops."""
@@ -325,7 +330,7 @@ class DoraReplayBuffer(ReplayBufferAsync):
         self._batch_domains, self._batch_balanced = Counter(), None
         self._replayed = []
         if self.replay is not None and partition_id != "val":
-            present = {key.split("_")[0] for key in partition}
+            present = {group_uid(key) for key in partition}
             gone = {uid for uid in self.replay.items if uid not in present}  # cleared elsewhere
             self.replay.items = [uid for uid in self.replay.items if uid not in gone]
             self._replay_counts["dropped"] += len(gone)
@@ -355,10 +360,10 @@ class DoraReplayBuffer(ReplayBufferAsync):
             return batch
         replayed = set(self._replayed)
         rows = list(zip(batch.keys, batch.tags, strict=True))
-        rows += [(key, tag) for key, tag in partition_snapshot.items() if key.split("_")[0] in replayed]
+        rows += [(key, tag) for key, tag in partition_snapshot.items() if group_uid(key) in replayed]
         groups: dict[str, list[tuple[str, dict]]] = {}
         for key, tag in rows:
-            groups.setdefault(key.split("_")[0], []).append((key, tag))
+            groups.setdefault(group_uid(key), []).append((key, tag))
         order = sorted(groups)
         self._rng.shuffle(order)
         rows = [row for uid in order for row in groups[uid]]
@@ -380,7 +385,7 @@ class DoraReplayBuffer(ReplayBufferAsync):
         inflight = len(self.pending_keys[partition_id]) + len(self.running_keys[partition_id])
         replayed = set(self._replayed)
         tagged = [
-            (key.split("_")[0] in replayed, trajectory_version(tag))
+            (group_uid(key) in replayed, trajectory_version(tag))
             for key, tag in zip(batch.keys, batch.tags, strict=True)
         ]
         versions = [v for old, v in tagged if v is not None and not old]  # the fresh: bound by staleness

@@ -11,6 +11,7 @@ import math
 from dataclasses import dataclass, field
 from typing import Any
 
+from longcat_plugins.schedulers.core.config import DoraConfig
 from longcat_plugins.schedulers.core.replicas import MIN_STALENESS
 
 SETTINGS_PATH = "longcat.settings.scheduler.dora"
@@ -106,12 +107,12 @@ class DoraSettings:
     node_resources: dict[str, str] = field(default_factory=dict)
     dispatch: str = "dora"
     domain_oversampling: dict[str, float] = field(default_factory=dict)
-    oversampling_min: int = 1
-    oversampling_max: int = 1
-    default_pass_rate: float = 0.5
-    pass_rate_momentum: float = 0.5
-    reuse_ratio: float = 0.0
-    replay_capacity: int = 64
+    oversampling_min: int = DoraConfig.oversampling_min
+    oversampling_max: int = DoraConfig.oversampling_max
+    default_pass_rate: float = DoraConfig.default_pass_rate
+    pass_rate_momentum: float = DoraConfig.pass_rate_momentum
+    reuse_ratio: float = DoraConfig.reuse_ratio
+    replay_capacity: int = DoraConfig.replay_capacity
 
     def __post_init__(self) -> None:
         if not isinstance(self.staleness, int) or self.staleness < 0:
