@@ -174,6 +174,32 @@ def train_cpu(tiny: Assets, run_dir: Path, ray_tmp: Path, *overrides: str) -> tu
 
 #: the xdist group of the shared run's readers
 SHARED_RUN_GROUP = pytest.mark.xdist_group("shared_cpu_run")
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    """Refuse ``--dist loadgroup`` on a pytest/xdist pair that ignores ``xdist_group``: pytest 9.2
+    keeps a node's id where xdist 3.8's group tag (a rewrite of ``_nodeid``) does not reach, so
+    grouped tests scatter over the workers and each pays for the shared run, silently."""
+    if config.getvalue("dist") != "loadgroup" or "PYTEST_XDIST_WORKER" in os.environ:
+        return
+    xdist = importlib.metadata.version("pytest-xdist")
+    if pytest.version_tuple[:2] >= (9, 2) and tuple(int(p) for p in xdist.split(".")[:2]) <= (3, 8):
+        raise pytest.UsageError(
+            f"--dist loadgroup: pytest {pytest.__version__} with pytest-xdist {xdist} ignores xdist_group "
+            "marks; install the versions pinned in constraints-cpu.txt (bash scripts/setup-cpu.sh)"
+        )
+
+
+@pytest.hookimpl(trylast=True)
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    """On a worker, the same check by its effect: every grouped test must carry xdist's tag."""
+    if "PYTEST_XDIST_WORKER" not in os.environ or not config.getvalue("loadgroup"):
+        return
+    untagged = [i.nodeid for i in items if i.get_closest_marker("xdist_group") and "@" not in i.nodeid]
+    if untagged:
+        raise pytest.UsageError(f"--dist loadgroup: xdist did not tag {len(untagged)} grouped tests ({untagged[0]})")
+
+
 #: validation samples per prompt in the shared run (the eval test's pass@k reference reads it)
 SHARED_VAL_N = 4
 
