@@ -6,6 +6,7 @@ import math
 from pathlib import Path
 
 import pytest
+from conftest import FP32_TRAINING
 
 from longcat_plugins.runtime.assets import Assets
 from longcat_plugins.runtime.launch import resolve_config, run_training
@@ -28,6 +29,7 @@ def test_two_grpo_steps_through_the_code_agent(tiny_assets: Assets, tmp_path: Pa
             f"data.val_files={val}",
             f"actor_rollout_ref.model.path={tiny_assets.model}",
             f"+ray_kwargs.ray_init._temp_dir={ray_tmp}",
+            *FP32_TRAINING,
             "trainer.val_before_train=true",
             "trainer.test_freq=-1",
         ],

@@ -7,6 +7,7 @@ import math
 from pathlib import Path
 
 import pytest
+from conftest import FP32_TRAINING
 
 from longcat_plugins.runtime.assets import Assets
 from longcat_plugins.runtime.launch import resolve_config, run_training
@@ -33,6 +34,7 @@ def test_two_grpo_steps_through_the_agent_loop(tiny_assets: Assets, tmp_path: Pa
             f"data.val_files={val}",
             f"actor_rollout_ref.model.path={tiny_assets.model}",
             f"+ray_kwargs.ray_init._temp_dir={ray_tmp}",
+            *FP32_TRAINING,
             "trainer.val_before_train=true",
             f"trainer.rollout_data_dir={tmp_path / 'rollouts'}",
             "trainer.save_freq=2",  # one checkpoint at the end: the curriculum's state goes into it
