@@ -200,6 +200,17 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
         raise pytest.UsageError(f"--dist loadgroup: xdist did not tag {len(untagged)} grouped tests ({untagged[0]})")
 
 
+#: two mini-batches a step: the second is off-policy, so an objective's clip bounds act
+TWO_MINI_BATCHES = (
+    "actor_rollout_ref.actor.ppo_mini_batch_size=2",
+    "actor_rollout_ref.actor.ppo_micro_batch_size_per_gpu=2",
+)
+#: the shared run trains with triplet clip (and ``longcat_grpo`` advantages), the legacy run with
+#: ``longcat_gspo``: test_e2e_algorithms reads both, so no objective pays for a run of its own
+SHARED_RUN_OBJECTIVE = ("+objective=triplet_clip", *TWO_MINI_BATCHES)
+LEGACY_RUN_OBJECTIVE = ("+objective=longcat_gspo", *TWO_MINI_BATCHES)
+#: the xdist group of the legacy run's readers
+LEGACY_RUN_GROUP = pytest.mark.xdist_group("legacy_cpu_run")
 #: validation samples per prompt in the shared run (the eval test's pass@k reference reads it)
 SHARED_VAL_N = 4
 
@@ -237,8 +248,29 @@ def shared_cpu_run(tiny_assets: Assets, tmp_path_factory: pytest.TempPathFactory
                 "actor_rollout_ref.rollout.val_kwargs.temperature=1.0",
                 f"trainer.validation_data_dir={root / 'val-dump'}",
                 "trainer.logger=[console,file,tensorboard,wandb]",
+                *SHARED_RUN_OBJECTIVE,
             )
         yield SharedRun(result, updates, root / "val-dump")
+    finally:
+        shutil.rmtree(ray_dir, ignore_errors=True)
+
+
+@pytest.fixture(scope="session")
+def legacy_cpu_run(
+    tiny_assets: Assets, tmp_path_factory: pytest.TempPathFactory
+) -> Iterator[tuple[RunResult, list[dict]]]:
+    """2 GRPO steps on verl's legacy (non-v1) trainer with ``longcat_gspo``; its readers carry
+    ``LEGACY_RUN_GROUP``."""
+    ray_dir = Path(tempfile.mkdtemp(prefix="lcray", dir="/tmp"))
+    try:
+        yield train_cpu(
+            tiny_assets,
+            tmp_path_factory.mktemp("legacy-run") / "run",
+            ray_dir,
+            "trainer.total_training_steps=2",
+            "trainer.use_v1=false",
+            *LEGACY_RUN_OBJECTIVE,
+        )
     finally:
         shutil.rmtree(ray_dir, ignore_errors=True)
 

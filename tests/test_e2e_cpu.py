@@ -1,6 +1,7 @@
 """verl's real trainer on the CPU runtime, end to end: 2 GRPO steps with the v1 and the legacy
 trainer, the rollout's weights changing every step, and resume from a checkpoint. The v1 run is
-the suite's shared run (``shared_cpu_run`` in conftest), which the eval test reads too."""
+the suite's shared run (``shared_cpu_run`` in conftest), the legacy run ``legacy_cpu_run``; the
+eval and objective tests read them too."""
 
 from __future__ import annotations
 
@@ -9,10 +10,11 @@ import shutil
 from pathlib import Path
 
 import pytest
-from conftest import SHARED_RUN_GROUP, SharedRun
+from conftest import LEGACY_RUN_GROUP, SHARED_RUN_GROUP, SHARED_RUN_OBJECTIVE, SharedRun
 from conftest import train_cpu as train
 
 from longcat_plugins.runtime.assets import Assets
+from longcat_plugins.runtime.launch import RunResult
 
 pytestmark = [pytest.mark.slow, pytest.mark.ray]
 
@@ -42,10 +44,10 @@ def test_two_grpo_steps_v1(shared_cpu_run: SharedRun) -> None:
     assert_two_steps_with_fresh_weights(steps, shared_cpu_run.updates)
 
 
-def test_two_grpo_steps_legacy(tiny_assets: Assets, tmp_path: Path, ray_tmp: Path) -> None:
-    result, updates = train(
-        tiny_assets, tmp_path / "run", ray_tmp, "trainer.total_training_steps=2", "trainer.use_v1=false"
-    )
+@LEGACY_RUN_GROUP
+def test_two_grpo_steps_legacy(legacy_cpu_run: tuple[RunResult, list[dict]]) -> None:
+    """The legacy trainer: the suite's legacy run (2 steps, ``longcat_gspo``)."""
+    result, updates = legacy_cpu_run
     assert_two_steps_with_fresh_weights(result.steps, updates)
 
 
@@ -65,6 +67,7 @@ def test_resume_continues_from_the_saved_step(
         "trainer.save_freq=-1",
         f"trainer.default_local_dir={ckpt}",
         "trainer.resume_mode=auto",
+        *SHARED_RUN_OBJECTIVE,
     )
     assert [s["step"] for s in second.steps] == [3], "a resumed run trains only the steps after the checkpoint"
     assert_learning_step(second.steps[0])
