@@ -84,6 +84,9 @@ logger = logging.getLogger(__name__)
 MODE = "dora"
 #: the dispatch planner's state, beside verl's ``data.pt`` in every checkpoint folder
 DISPATCH_STATE = "dora_dispatch.pt"
+#: the D2 replay buffer's state (kept group uids, RNG), beside verl's ``transfer_queue`` folder
+#: that holds the kept groups' trajectories
+REPLAY_STATE = "dora_replay.pt"
 ENV_TRACE = "LONGCAT_DORA_TRACE"
 
 
@@ -472,24 +475,41 @@ class DoraTrainer(PPOTrainerSeparateAsync):
         planner.take({key.split("_")[0] for key in batch.keys})
         self._dispatch()
 
+    def _replay(self) -> DoraReplayBuffer | None:
+        """The sampler when it keeps a D2 replay buffer (``reuse_ratio > 0``)."""
+        buffer = self.replay_buffer
+        return buffer if isinstance(buffer, DoraReplayBuffer) and buffer.replay is not None else None
+
     def _save_checkpoint(self) -> None:
         super()._save_checkpoint()
+        folder = os.path.join(self.config.trainer.default_local_dir, f"global_step_{self.global_steps}")
         if self._planner is not None:
-            folder = os.path.join(self.config.trainer.default_local_dir, f"global_step_{self.global_steps}")
             torch.save(self._planner.state_dict(), os.path.join(folder, DISPATCH_STATE))
+        replay = self._replay()
+        if replay is not None:
+            torch.save(replay.replay_state_dict(), os.path.join(folder, REPLAY_STATE))
 
     def _load_checkpoint(self) -> None:
-        super()._load_checkpoint()
-        if self.global_steps <= 0 or self.dora.dispatch != "dora":
+        super()._load_checkpoint()  # restores TransferQueue (the kept groups' trajectories) first
+        if self.global_steps <= 0:
             return
         folder = self.config.trainer.resume_from_path
         if self.config.trainer.resume_mode == "auto" or not folder:
             folder = os.path.join(self.config.trainer.default_local_dir, f"global_step_{self.global_steps}")
-        path = os.path.join(os.path.abspath(folder), DISPATCH_STATE)
-        if os.path.exists(path):
-            self.planner.load_state_dict(torch.load(path, weights_only=False))
-        else:
-            logger.warning("dora dispatch: no %s in %s; the planner starts empty", DISPATCH_STATE, folder)
+        folder = os.path.abspath(folder)
+        if self.dora.dispatch == "dora":
+            path = os.path.join(folder, DISPATCH_STATE)
+            if os.path.exists(path):
+                self.planner.load_state_dict(torch.load(path, weights_only=False))
+            else:
+                logger.warning("dora dispatch: no %s in %s; the planner starts empty", DISPATCH_STATE, folder)
+        replay = self._replay()
+        if replay is not None:
+            path = os.path.join(folder, REPLAY_STATE)
+            state = torch.load(path, weights_only=False) if os.path.exists(path) else None
+            if state is None:
+                logger.warning("dora replay: no %s in %s; the replay buffer starts empty", REPLAY_STATE, folder)
+            logger.info("dora replay: resumed %s", replay.load_replay_state_dict(state))
 
     def _init_resource_pool_mgr(self) -> None:
         """verl's pools, with those named in ``node_resources`` pinned to the nodes carrying
