@@ -231,9 +231,11 @@ class DoraLoadBalancer(GlobalRequestLoadBalancer):
 
     # -- replica-granular versioning --------------------------------------------------------------
 
-    async def enable_single_version(self, staleness: int, version: int) -> None:
-        """Start replica-granular versioning: every current replica holds ``version``."""
-        self.roller = ReplicaRoller(sorted(self._inflight_requests), staleness=staleness, version=version)
+    async def enable_single_version(self, staleness: int, version: int, replicas: list[str] | None = None) -> None:
+        """Start replica-granular versioning: ``replicas`` (default: every current one) hold
+        ``version`` and are rolled; any other replica (a lent elastic one) is left unmanaged."""
+        managed = sorted(self._inflight_requests) if replicas is None else sorted(replicas)
+        self.roller = ReplicaRoller(managed, staleness=staleness, version=version)
         self._wake()
 
     async def publish(self, version: int) -> dict[str, Any]:
