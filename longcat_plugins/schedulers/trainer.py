@@ -567,6 +567,8 @@ class DoraTrainer(PPOTrainerSeparateAsync):
         )
         ray.kill(previous)
         self.add_replicas_to_balancer()  # no-op without hybrid replicas; verl added them to the old one
+        # a dead replica is dropped between requests, not only when a request to it fails
+        ray.get(manager.global_load_balancer.start_health_probe.remote(float(self.dora.health_probe_s)))
 
     def _stop_requests(self) -> bool:
         """Migrations and stale aborts are executed where the servers stop single requests (``hf``)."""
