@@ -203,33 +203,98 @@ def ema_reference(rewards: list[list[float]], prior: float, momentum: float) -> 
     return p
 
 
+def copies_reference(pass_rate: float, k_min: int, k_max: int, quota: int, outstanding: int) -> int:
+    """The report's coefficient, float64: k = k_min + round((k_max - k_min) * (1 - p)); then the
+    quota rule: at most the quota's room (quota - outstanding), at least the one group."""
+    k = k_min + int(round((k_max - k_min) * (1.0 - float(pass_rate))))
+    return max(1, min(k, quota - outstanding))
+
+
 @pytest.mark.parametrize("seed", SEEDS)
 def test_oversampling_follows_the_observed_pass_rates(seed: int) -> None:
+    """Each prompt starts the number of groups the pass-rate rule gives, capped at what its
+    quota has left; its copies count against the quota, which is never passed."""
     rng = random.Random(seed)
     k_min, k_max = rng.choice([(1, 3), (1, 4), (2, 5)])
     momentum, prior = rng.choice([0.3, 0.5, 1.0]), rng.choice([0.2, 0.5, 0.9])
     settings = DoraSettings(
         oversampling_min=k_min, oversampling_max=k_max, default_pass_rate=prior, pass_rate_momentum=momentum
     )
+    # a window (= the one domain's quota) from below k_max to a few prompts' worth: some
+    # prompts get every copy they want, others what is left
+    window = rng.randint(1, 2 * k_max)
     tasks = [f"t{j}" for j in range(5)]
     difficulty = {t: rng.random() for t in tasks}
     source = itertools.cycle(tasks)
-    planner = DispatchPlanner(settings.dispatch_config(1, 1), lambda: ("x", next(source), 0), 1, 1)
+    planner = DispatchPlanner(settings.dispatch_config(window, window), lambda: ("x", next(source), 0), window, 1)
+    assert planner.quotas.quota[ANY_DOMAIN] == window
     history: dict[str, list[list[float]]] = {t: [] for t in tasks}
-    oversampled = 0
+    live: set[str] = set()
+    oversampled = capped = 0
     for _ in range(40):
-        issues = planner.plan(set())  # the previous prompt's groups left verl's queue: one prompt fits
-        task = issues[0].task
-        reference = ema_reference(history[task], prior, momentum)
-        k = k_min + int(round((k_max - k_min) * (1.0 - reference)))
-        assert len(issues) == k and {i.task for i in issues} == {task}
-        assert len({i.uid for i in issues}) == k  # every copy is its own group
-        oversampled += k > 1
-        for issue in issues:  # each copy's group finishes; its rewards move the task's rate
+        issues = planner.plan(live)
+        live |= {i.uid for i in issues}
+        assert len(planner.outstanding()) == 1 and planner.outstanding()[ANY_DOMAIN] <= window, "quota passed"
+        # the plan's prompts in order: each a run of copies 0..k-1 of one task
+        prompts: list[list] = []
+        for issue in issues:
+            if issue.copy == 0:
+                prompts.append([])
+            prompts[-1].append(issue)
+        outstanding = len(live) - len(issues)
+        for copies in prompts:
+            task = copies[0].task
+            wanted = copies_reference(ema_reference(history[task], prior, momentum), k_min, k_max, 10**9, 0)
+            k = copies_reference(ema_reference(history[task], prior, momentum), k_min, k_max, window, outstanding)
+            assert len(copies) == k and {i.task for i in copies} == {task}, (len(copies), k, outstanding)
+            assert [i.copy for i in copies] == list(range(k)) and len({i.uid for i in copies}) == k
+            oversampled += k > 1
+            capped += wanted - k
+            outstanding += k
+        # some groups finish (their rewards move the tasks' pass rates) and leave verl's queue
+        done = rng.sample(sorted(live), rng.randint(1, len(live))) if live else []
+        for uid in done:
+            task = planner.groups[uid][1]
             group = [1.0 if rng.random() < difficulty[task] else 0.0 for _ in range(4)]
-            planner.observe(issue.uid, group)
+            planner.observe(uid, group)
             history[task].append(group)
-    assert planner.metrics()["dora/dispatch/oversampled_prompts"] == float(oversampled)
+        live -= set(done)
+    metrics = planner.metrics()
+    assert metrics["dora/dispatch/oversampled_prompts"] == float(oversampled)
+    assert metrics["dora/dispatch/capped_groups"] == float(capped)
+
+
+@pytest.mark.parametrize("seed", SEEDS)
+def test_a_prompts_copies_never_pass_a_domains_quota(seed: int) -> None:
+    """Several domains, each with its own quota and oversampling: after every plan no domain
+    has more groups outstanding than its quota (the copies count), and every prompt's copies
+    are the coefficient capped at its domain's room when it was issued."""
+    rng = random.Random(seed)
+    ratios = {"math": rng.choice([1, 2]), "code": 1, "tool": rng.choice([1, 3])}
+    settings = DoraSettings(
+        domain_ratios=ratios, oversampling_min=1, oversampling_max=rng.choice([2, 3, 4]), default_pass_rate=0.0
+    )
+    window = dispatch_window(BATCH, rng.choice([0, 1]))
+    planner = planner_over(loader(Rows(4000, ratios, seed)), settings, window, lookahead=4 * window)
+    quota = planner.quotas.quota
+    live: set[str] = set()
+    for _ in range(30):
+        # outstanding as the plan sees it: the issued groups still in verl's queue, not taken
+        before = Counter(d for uid, (d, _) in planner.groups.items() if uid in live and uid not in planner.taken)
+        fallbacks = planner.counters["window_fallbacks"]
+        issues = planner.plan(live)
+        live |= {i.uid for i in issues}
+        outstanding = planner.outstanding()
+        if planner.counters["window_fallbacks"] == fallbacks:
+            assert all(outstanding[d] <= quota[d] for d in quota), (outstanding, quota)
+        running = Counter(before)
+        for issue in issues:
+            if issue.copy == 0:
+                k = sum(1 for j in issues if j.task == issue.task and j.payload == issue.payload)
+                assert k == max(1, min(settings.oversampling_max, quota[issue.domain] - running[issue.domain]))
+            running[issue.domain] += 1
+        consume(planner, live, rng, BATCH)
+    assert planner.counters["capped_groups"] > 0 and planner.counters["extra_groups"] > 0  # both paths ran
 
 
 def test_a_domain_the_quotas_do_not_name_is_refused() -> None:

@@ -12,6 +12,7 @@ import asyncio
 from pathlib import Path
 
 import pytest
+import ray
 
 from longcat_plugins.schedulers.core.config import ConfigError, DoraConfig
 from longcat_plugins.schedulers.load_balancer import NO_SERVERS, DoraLoadBalancer
@@ -207,3 +208,100 @@ def test_the_actor_built_by_verls_router_factory_waits_over_ray(ray_tmp: Path) -
             assert ray.get(lb.get_status.remote())["servers"] == {"a": 1}  # verl's own method still works
     finally:
         ray.shutdown()
+
+
+# -- health probe: a dead replica is dropped between requests --------------------------------------
+
+
+class Replica:
+    """A rollout server actor handle as the probe sees it: Ray's built-in ``__ray_ready__``
+    answers, fails with ``ActorDiedError`` once the actor died, or hangs while it is busy."""
+
+    def __init__(self) -> None:
+        self.dead = False
+        self.busy = False
+        self.unavailable = False
+        self.pings = 0
+        handle = self
+
+        class Ready:
+            @staticmethod
+            async def remote() -> bool:
+                handle.pings += 1
+                if handle.dead:
+                    raise ray.exceptions.ActorDiedError()
+                if handle.unavailable:
+                    raise ray.exceptions.ActorUnavailableError("restarting", None)
+                if handle.busy:
+                    await asyncio.sleep(3600)
+                return True
+
+        self.__ray_ready__ = Ready
+
+
+def test_the_probe_drops_a_dead_replica_between_requests_and_keeps_busy_ones() -> None:
+    async def scenario() -> None:
+        replicas = {s: Replica() for s in ("a", "b", "c", "d")}
+        lb = DoraLoadBalancer(dict(replicas), config=DoraConfig(), clock=Clock())
+        held = [await lb.acquire_server(f"r{i}") for i in range(8)]
+        for sid, _ in held:  # every request finished: nothing in flight, no client will notice
+            await lb.release_server(sid, next(f"r{i}" for i, (s, _) in enumerate(held) if s == sid))
+        replicas["b"].dead = True
+        replicas["c"].busy = True  # does not answer in time: busy is not dead
+        replicas["d"].unavailable = True  # restarting or unreachable for a moment: not dead either
+        assert await lb.probe(timeout_s=0.05) == ["b"]
+        assert sorted(lb.get_status()["servers"]) == ["a", "c", "d"]
+        assert all(replicas[s].pings == 1 for s in replicas)
+        routed = {(await lb.acquire_server(f"n{i}"))[0] for i in range(12)}
+        assert "b" not in routed and routed <= {"a", "c", "d"}
+        assert lb.get_lb_metrics()["dora/lb/dead_replicas"] == 1.0
+        assert await lb.probe(timeout_s=0.05) == []  # found once, removed once
+
+    run(scenario())
+
+
+def test_the_probe_takes_a_dead_single_version_replica_out_of_the_roller() -> None:
+    """Under replica-granular versioning the dead replica leaves the roller too: the survivors
+    accept, its in-flight requests are no longer counted, and nothing is routed to it."""
+
+    async def scenario() -> None:
+        replicas = {s: Replica() for s in ("a", "b", "c")}
+        lb = DoraLoadBalancer(dict(replicas), config=DoraConfig(), clock=Clock())
+        await lb.enable_single_version(staleness=1, version=0)
+        placed = [await lb.acquire_server(f"r{i}") for i in range(6)]
+        assert {sid for sid, _ in placed} == {"a", "b", "c"}
+        replicas["a"].dead = True
+        assert await lb.probe(timeout_s=0.05) == ["a"]
+        assert lb.roller is not None and "a" not in lb.roller.replicas
+        assert sorted(lb.roller.accepting()) == ["b", "c"]
+        assert "a" not in lb.get_status()["servers"]
+        routed = [(await lb.acquire_server(f"n{i}"))[0] for i in range(4)]
+        assert "a" not in routed, routed
+
+    run(scenario())
+
+
+def test_the_probe_runs_on_its_own_between_requests() -> None:
+    async def scenario() -> None:
+        replicas = {s: Replica() for s in ("a", "b")}
+        lb = DoraLoadBalancer(dict(replicas), config=DoraConfig(), clock=Clock())
+        await lb.start_health_probe(0.01, timeout_s=0.05)
+        replicas["a"].dead = True
+        for _ in range(100):  # no acquire, no release: only the probe can notice
+            await asyncio.sleep(0.01)
+            if "a" not in lb.get_status()["servers"]:
+                break
+        assert sorted(lb.get_status()["servers"]) == ["b"]
+        assert lb.get_lb_metrics()["dora/lb/dead_replicas"] == 1.0
+        off = DoraLoadBalancer({"x": Replica()}, config=DoraConfig(), clock=Clock())
+        await off.start_health_probe(0.0)
+        assert off._probe_task is None  # 0: off
+
+    run(scenario())
+
+
+def test_a_bad_health_probe_interval_is_refused_naming_the_key() -> None:
+    for bad in (-1.0, float("nan"), "often", True):
+        with pytest.raises(ValueError, match="health_probe_s must be a number of seconds >= 0"):
+            DoraSettings(health_probe_s=bad)  # type: ignore[arg-type]
+    assert DoraSettings().health_probe_s == 5.0 and DoraSettings(health_probe_s=0).health_probe_s == 0

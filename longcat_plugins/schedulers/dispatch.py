@@ -10,8 +10,11 @@ pool, so the order of the source is kept within a domain), and
   rollout quotas (``domain_ratios`` x ``domain_oversampling`` x outstanding batches);
 - **how many groups** a prompt gets is the core's pass-rate coefficient
   (:func:`oversampling_coefficient`, D5) of the prompt's running pass rate
-  (:class:`~longcat_plugins.data.stats.TaskStats`, fed the rewards of trained groups); each copy
-  is its own verl prompt group (own uid), so group-normalised advantages treat them apart;
+  (:class:`~longcat_plugins.data.stats.TaskStats`, fed the rewards of trained groups), capped
+  at what its domain's quota has left (:func:`copies_within_quota`: every copy counts against
+  the quota, so a quota is never passed by a prompt's extra copies; the first copy always
+  starts); each copy is its own verl prompt group (own uid), so group-normalised advantages
+  treat them apart;
 - **when**: :meth:`plan` tops outstanding work up to the quotas, so it is called whenever
   capacity may have freed (a batch taken, groups evicted) and issues exactly what freed.
 
@@ -117,7 +120,7 @@ class DispatchPlanner(Generic[T]):
             row = self._take_row(domain, outstanding, total)
             if row is None:
                 return out
-            out.extend(self._issue(*row))
+            out.extend(self._issue(*row, room=self.quotas.quota[row[0]] - outstanding[row[0]]))
 
     def _take_row(self, domain: str | None, outstanding: Counter[str], total: int) -> tuple[str, str, T] | None:
         """The oldest pool row of ``domain`` (reading ahead up to ``lookahead`` rows); else of
@@ -151,9 +154,11 @@ class DispatchPlanner(Generic[T]):
                 return len(self.pool) - 1
         return None
 
-    def _issue(self, domain: str, task: str, payload: T) -> list[Issue[T]]:
+    def _issue(self, domain: str, task: str, payload: T, room: int) -> list[Issue[T]]:
         cfg = self.config
-        k = oversampling_coefficient(self.stats.pass_rate(task), cfg.oversampling_min, cfg.oversampling_max)
+        wanted = oversampling_coefficient(self.stats.pass_rate(task), cfg.oversampling_min, cfg.oversampling_max)
+        k = copies_within_quota(wanted, room)
+        self.counters["capped_groups"] += wanted - k
         issues = [Issue(self.new_uid(), domain, task, payload, j) for j in range(k)]
         for issue in issues:
             self.groups[issue.uid] = (domain, task)
@@ -204,6 +209,7 @@ class DispatchPlanner(Generic[T]):
         out[f"{PREFIX}/prompts_total"] = float(self.counters["prompts"])
         out[f"{PREFIX}/oversampled_prompts"] = float(self.counters["oversampled_prompts"])
         out[f"{PREFIX}/extra_groups"] = float(self.counters["extra_groups"])
+        out[f"{PREFIX}/capped_groups"] = float(self.counters["capped_groups"])
         out[f"{PREFIX}/window_fallbacks"] = float(self.counters["window_fallbacks"])
         out[f"{PREFIX}/pool_rows"] = float(len(self.pool))
         self.issued_since = Counter()
@@ -228,9 +234,16 @@ class DispatchPlanner(Generic[T]):
         self.stats.load_state_dict(state["stats"])
 
 
+def copies_within_quota(wanted: int, room: int) -> int:
+    """Groups a prompt starts: its oversampling coefficient ``wanted``, capped at ``room`` (its
+    domain's quota less the groups the domain has outstanding), and at least one (the prompt
+    was chosen: under its quota, or issued over it by the window fallback, which is counted)."""
+    return max(1, min(int(wanted), int(room)))
+
+
 def dispatch_window(batch_size: int, num_warmup_batches: float) -> int:
     """Groups verl keeps outstanding: the batch being filled plus its warm-up batches."""
     return int(math.floor((1 + max(0.0, float(num_warmup_batches))) * batch_size))
 
 
-__all__ = ["ANY_DOMAIN", "DispatchPlanner", "Issue", "dispatch_window"]
+__all__ = ["ANY_DOMAIN", "DispatchPlanner", "Issue", "copies_within_quota", "dispatch_window"]

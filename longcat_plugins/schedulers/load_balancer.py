@@ -34,6 +34,11 @@ staleness window), every start and finish is reported to it, and the loads it de
 weight syncs (a replica that just drained) are queued for the trainer's checkpoint manager
 (:meth:`take_loads`); :meth:`publish` and :meth:`loaded` are the manager's side.
 
+A health probe between requests (:meth:`start_health_probe`, every ``health_probe_s`` seconds
+of the settings): each replica is pinged with Ray's built-in ``__ray_ready__``; one whose actor
+is dead is removed at once (``dora/lb/dead_replicas``), so no request is routed to it, instead
+of only after a client's request to it fails. A slow answer is not taken for death.
+
 Ray runs this class as an async actor: waiting acquires each hold one of the actor's
 concurrent calls, so :func:`create_dora_load_balancer` raises ``max_concurrency`` above any
 number of requests a rollout can have in flight (verl's own ``get_router_handle`` would keep
@@ -112,6 +117,8 @@ class DoraLoadBalancer(GlobalRequestLoadBalancer):
         #: load between the stop and the continuation's arrival)
         self._reserved: dict[str, str] = {}
         self._tasks: set[asyncio.Task] = set()
+        self._dead: list[str] = []  # replicas the health probe found dead and removed
+        self._probe_task: asyncio.Task | None = None
         self._reset_step()
 
     @classmethod
@@ -231,9 +238,11 @@ class DoraLoadBalancer(GlobalRequestLoadBalancer):
 
     # -- replica-granular versioning --------------------------------------------------------------
 
-    async def enable_single_version(self, staleness: int, version: int) -> None:
-        """Start replica-granular versioning: every current replica holds ``version``."""
-        self.roller = ReplicaRoller(sorted(self._inflight_requests), staleness=staleness, version=version)
+    async def enable_single_version(self, staleness: int, version: int, replicas: list[str] | None = None) -> None:
+        """Start replica-granular versioning: ``replicas`` (default: every current one) hold
+        ``version`` and are rolled; any other replica (a lent elastic one) is left unmanaged."""
+        managed = sorted(self._inflight_requests) if replicas is None else sorted(replicas)
+        self.roller = ReplicaRoller(managed, staleness=staleness, version=version)
         self._wake()
 
     async def publish(self, version: int) -> dict[str, Any]:
@@ -304,6 +313,44 @@ class DoraLoadBalancer(GlobalRequestLoadBalancer):
 
     async def clear_sticky_cache(self) -> dict:  # type: ignore[override]
         return super().clear_sticky_cache()
+
+    # -- health probe -----------------------------------------------------------------------------
+
+    async def probe(self, timeout_s: float = 5.0) -> list[str]:
+        """Ping every replica (Ray's built-in ``__ray_ready__``); remove each whose actor is dead
+        (its in-flight requests fail and their clients restart them elsewhere, as after a failure
+        a client notices). A replica that does not answer within ``timeout_s`` is kept: busy is
+        not dead. Returns the replicas removed."""
+        servers = dict(self._servers)
+        if not servers:
+            return []
+        results = await asyncio.gather(
+            *[asyncio.wait_for(_ready(handle), timeout_s) for handle in servers.values()], return_exceptions=True
+        )
+        dead = sorted(
+            sid
+            for sid, result in zip(servers, results, strict=True)
+            # dead, not merely unavailable for a moment (ActorUnavailableError: restarting, unreachable)
+            if isinstance(result, ray.exceptions.RayActorError)
+            and not isinstance(result, ray.exceptions.ActorUnavailableError)
+        )
+        dead = [sid for sid in dead if sid in self._servers]  # not removed meanwhile
+        if dead:
+            await self.remove_servers(dead)
+            self._dead.extend(dead)
+        return dead
+
+    async def start_health_probe(self, interval_s: float, timeout_s: float = 5.0) -> None:
+        """Probe every ``interval_s`` seconds for the actor's lifetime (0: off)."""
+        if interval_s <= 0 or self._probe_task is not None:
+            return
+
+        async def loop() -> None:
+            while True:
+                await asyncio.sleep(interval_s)
+                await self.probe(timeout_s)
+
+        self._probe_task = asyncio.get_running_loop().create_task(loop())
 
     # -- the core's rebalance decision ------------------------------------------------------------
 
@@ -420,6 +467,7 @@ class DoraLoadBalancer(GlobalRequestLoadBalancer):
             "dora/lb/idle_ratio": (self._meter.idle - idle0) / span if span > 0 else 0.0,
             "dora/lb/inflight_total": float(sum(self._inflight_requests.values())),
             **{f"dora/lb/{k}": float(v) for k, v in self._step.items()},
+            "dora/lb/dead_replicas": float(len(self._dead)),
         }
         for sid, n in sorted(self._inflight_requests.items()):
             out[f"dora/lb/inflight/{sid}"] = float(n)
@@ -439,6 +487,10 @@ class DoraLoadBalancer(GlobalRequestLoadBalancer):
         self._check_rebalance()
         self._wake()
         return out
+
+
+async def _ready(handle: Any) -> Any:
+    return await handle.__ray_ready__.remote()
 
 
 def create_dora_load_balancer(

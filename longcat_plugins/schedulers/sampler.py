@@ -30,6 +30,10 @@ rules rather than its own copies:
   group is replayed (then the trainer clears them after its step) or leaves the buffer over
   ``replay_capacity`` (cleared then). Replayed samples are older than ``staleness`` by design:
   their staleness is reported apart (``dora/replay/*``) and the bound is asserted on the rest.
+  The replay state (kept uids, oldest first, and the draws' RNG) is saved with the trainer
+  checkpoint (:meth:`DoraReplayBuffer.replay_state_dict`); the groups' tensors are in
+  TransferQueue, which verl checkpoints with its storage, so nothing is dropped at save time
+  (:meth:`DoraReplayBuffer.load_replay_state_dict` says what a resume drops, and counts it).
 
 It reports what DORA measures (``dora/*``): staleness, versions mixed in a batch, prompts still
 generating when training took the batch, the trainer's wait, filtered groups, domain mix.
@@ -90,6 +94,12 @@ class FinishedGroup:
     domain: str | None
     verdict: str | None
     mean_reward: float | None
+
+
+def _rng_state(state: Any) -> tuple:
+    """A ``random.Random`` state back from a checkpoint (lists where tuples were, after JSON)."""
+    version, internal, gauss = state
+    return (int(version), tuple(int(x) for x in internal), gauss)
 
 
 def _column(data: Any, name: str, tensors: bool = False) -> list[Any]:
@@ -312,6 +322,69 @@ class DoraReplayBuffer(ReplayBufferAsync):
             self._replay_counts["dropped"] += len(uids)
             verl_replay_buffer.tq.kv_clear(partition_id=partition_id, keys=self._trajectory_keys(partition_id, uids))
 
+    # -- checkpoint ------------------------------------------------------------------------------
+
+    def replay_state_dict(self) -> dict[str, Any]:
+        """D2's state for the trainer checkpoint (plain Python): the kept groups' TransferQueue
+        uids, oldest first, the draw and shuffle RNG states and the counts not yet reported. The
+        groups' trajectories are not copied: they are in TransferQueue, saved by verl's
+        ``tq.save_checkpoint`` (storage included) in the same checkpoint folder."""
+        if self.replay is None:
+            raise RuntimeError("dora sampler: no replay buffer (reuse_ratio is 0)")
+        return {
+            "items": list(self.replay.items),
+            "dropped": self.replay.dropped,
+            "draw_rng": self.replay.rng.getstate(),
+            "shuffle_rng": self._rng.getstate(),
+            "counts": dict(self._replay_counts),
+        }
+
+    def load_replay_state_dict(self, state: dict[str, Any] | None, partition_id: str = "train") -> dict[str, int]:
+        """Restore D2 after verl restored TransferQueue (call it after ``tq.load_checkpoint``).
+
+        What a resume drops, each counted in the next batch's metrics: kept groups whose
+        trajectories did not come back (``dora/replay/resume_missing``, also in ``dropped``),
+        kept groups beyond a smaller ``replay_capacity`` (oldest first, ``dropped``, their
+        trajectories cleared), and trajectories with neither a prompt key nor a place in the
+        buffer (``dora/replay/resume_cleared``): the batch trained in the checkpointed step,
+        which verl saves before it clears the step's keys; they are cleared so they can never be
+        replayed or leak. ``state=None`` (a checkpoint without replay state) keeps nothing."""
+        if self.replay is None:
+            raise RuntimeError("dora sampler: no replay buffer (reuse_ratio is 0)")
+        self._sync_metadata_from_transfer_queue()
+        present = {group_uid(key) for key in self.partitions[partition_id]}
+        prompts = set().union(
+            *(
+                keys[partition_id]
+                for keys in (self.pending_keys, self.running_keys, self.finished_keys, self.failure_keys)
+            )
+        )
+        items = [str(uid) for uid in (state or {}).get("items", [])]
+        kept = [uid for uid in items if uid in present and uid not in prompts]
+        counts: Counter[str] = Counter({k: int(v) for k, v in (state or {}).get("counts", {}).items()})
+        counts["resume_missing"] += len(items) - len(kept)
+        counts["dropped"] += len(items) - len(kept)
+        self.replay.items = []
+        if state is not None:
+            self.replay.dropped = int(state["dropped"])
+            self.replay.rng.setstate(_rng_state(state["draw_rng"]))
+            self._rng.setstate(_rng_state(state["shuffle_rng"]))
+        self._replay_counts = counts
+        for uid in kept:  # oldest first: a smaller capacity drops the oldest, as add() does
+            self.replay.add(uid)
+        over = set(kept) - set(self.replay.items)
+        self._drop_replay(partition_id, over)
+        stray = present - prompts - set(self.replay.items) - over
+        if stray:
+            verl_replay_buffer.tq.kv_clear(partition_id=partition_id, keys=self._trajectory_keys(partition_id, stray))
+        self._replay_counts["resume_cleared"] += len(stray)
+        return {
+            "restored": len(self.replay.items),
+            "missing": len(items) - len(kept),
+            "over_capacity": len(over),
+            "cleared": len(stray),
+        }
+
     def domain_quotas(self, batch_size: int, domains: Iterable[str]) -> DomainQuotas:
         """The core's quotas for one batch; a domain the settings do not name is an error."""
         try:
@@ -422,6 +495,8 @@ class DoraReplayBuffer(ReplayBufferAsync):
                     f"{PREFIX}/replay/size": float(len(self.replay)),
                     f"{PREFIX}/replay/staleness/mean": float(replay_lags.mean()) if replay_lags.size else 0.0,
                     f"{PREFIX}/replay/staleness/max": float(replay_lags.max()) if replay_lags.size else 0.0,
+                    f"{PREFIX}/replay/resume_missing": float(self._replay_counts["resume_missing"]),
+                    f"{PREFIX}/replay/resume_cleared": float(self._replay_counts["resume_cleared"]),
                 }
             )
             self.last_sample["replayed_groups"] = sorted(replayed)

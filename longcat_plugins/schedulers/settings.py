@@ -63,6 +63,8 @@ class DoraSettings:
             on a replica holding its version) and stop requests whose version left the window at
             each weight sync. Multi-version ``hf`` servers then keep every version of the window
             (``staleness + 1`` model copies) so any replica can continue any live request.
+        health_probe_s: with ``load_balancer: dora``, ping every replica this often (seconds;
+            0: off) and drop a dead one at once, not only when a request to it fails.
         node_resources: a custom Ray resource per trainer resource pool (``global_pool``, and
             ``reward_pool`` / ``teacher_pool`` where the run has them): the pool's placement
             groups require it, so its workers start only on nodes that declare it (``ray start
@@ -104,6 +106,7 @@ class DoraSettings:
     rebalance_threshold: float = 0.5
     single_version_replicas: bool = False
     migrate_requests: bool = True
+    health_probe_s: float = 5.0
     node_resources: dict[str, str] = field(default_factory=dict)
     dispatch: str = "dora"
     domain_oversampling: dict[str, float] = field(default_factory=dict)
@@ -139,6 +142,9 @@ class DoraSettings:
             raise ValueError(f"single_version_replicas must be true or false, got {self.single_version_replicas!r}")
         if not isinstance(self.migrate_requests, bool):
             raise ValueError(f"migrate_requests must be true or false, got {self.migrate_requests!r}")
+        probe = self.health_probe_s
+        if isinstance(probe, bool) or not isinstance(probe, int | float) or not math.isfinite(probe) or probe < 0:
+            raise ValueError(f"health_probe_s must be a number of seconds >= 0 (0: off), got {probe!r}")
         if self.single_version_replicas and self.staleness < MIN_STALENESS:
             raise ValueError(
                 f"staleness must be >= {MIN_STALENESS} with single_version_replicas (got {self.staleness}): "

@@ -84,6 +84,9 @@ logger = logging.getLogger(__name__)
 MODE = "dora"
 #: the dispatch planner's state, beside verl's ``data.pt`` in every checkpoint folder
 DISPATCH_STATE = "dora_dispatch.pt"
+#: the D2 replay buffer's state (kept group uids, RNG), beside verl's ``transfer_queue`` folder
+#: that holds the kept groups' trajectories
+REPLAY_STATE = "dora_replay.pt"
 ENV_TRACE = "LONGCAT_DORA_TRACE"
 
 
@@ -136,7 +139,9 @@ def standalone_replicas(config: DictConfig) -> int:
 
 def _single_version_problems(config: DictConfig) -> list[str]:
     """Replica-granular versioning needs a second replica to serve while one loads (see
-    :mod:`~longcat_plugins.schedulers.core.replicas`), and does not manage the elastic group."""
+    :mod:`~longcat_plugins.schedulers.core.replicas`). The elastic group needs nothing more: a
+    lent hybrid replica holds the one version it was given when lent and stays outside the
+    roller (its requests are restarted when it is reclaimed)."""
     dora = OmegaConf.select(config, SETTINGS_PATH, default=None) or {}
     if not dora.get("single_version_replicas", False):
         return []
@@ -147,13 +152,6 @@ def _single_version_problems(config: DictConfig) -> list[str]:
             f"{SETTINGS_PATH}.single_version_replicas: needs at least {MIN_REPLICAS} standalone replicas "
             f"(one loads the newest weights while another serves), got {replicas} "
             "(actor_rollout_ref.rollout.nnodes x n_gpus_per_node / tensor x data x pipeline parallel size)"
-        )
-    switch = OmegaConf.select(config, "trainer.v1.separate_async.hybrid_rollout.enable_switch", default=False)
-    if switch:
-        problems.append(
-            f"{SETTINGS_PATH}.single_version_replicas: the elastic group "
-            "(trainer.v1.separate_async.hybrid_rollout.enable_switch=true) is not managed by replica-granular "
-            "versioning yet; set enable_switch=false"
         )
     return problems
 
@@ -316,7 +314,7 @@ class ReplicaVersionCheckpointEngineManager(CheckpointEngineManager):
             with self._lock:
                 metrics = await self._load(self.replicas, version, send=True)
                 self.latest = version
-            await self.load_balancer.enable_single_version.remote(self.staleness, version)
+            await self.load_balancer.enable_single_version.remote(self.staleness, version, sorted(self.by_address))
             if self.catch_up:
                 self._thread = threading.Thread(target=self._catch_up_loop, name="dora-replica-loads", daemon=True)
                 self._thread.start()
@@ -472,24 +470,41 @@ class DoraTrainer(PPOTrainerSeparateAsync):
         planner.take({key.split("_")[0] for key in batch.keys})
         self._dispatch()
 
+    def _replay(self) -> DoraReplayBuffer | None:
+        """The sampler when it keeps a D2 replay buffer (``reuse_ratio > 0``)."""
+        buffer = self.replay_buffer
+        return buffer if isinstance(buffer, DoraReplayBuffer) and buffer.replay is not None else None
+
     def _save_checkpoint(self) -> None:
         super()._save_checkpoint()
+        folder = os.path.join(self.config.trainer.default_local_dir, f"global_step_{self.global_steps}")
         if self._planner is not None:
-            folder = os.path.join(self.config.trainer.default_local_dir, f"global_step_{self.global_steps}")
             torch.save(self._planner.state_dict(), os.path.join(folder, DISPATCH_STATE))
+        replay = self._replay()
+        if replay is not None:
+            torch.save(replay.replay_state_dict(), os.path.join(folder, REPLAY_STATE))
 
     def _load_checkpoint(self) -> None:
-        super()._load_checkpoint()
-        if self.global_steps <= 0 or self.dora.dispatch != "dora":
+        super()._load_checkpoint()  # restores TransferQueue (the kept groups' trajectories) first
+        if self.global_steps <= 0:
             return
         folder = self.config.trainer.resume_from_path
         if self.config.trainer.resume_mode == "auto" or not folder:
             folder = os.path.join(self.config.trainer.default_local_dir, f"global_step_{self.global_steps}")
-        path = os.path.join(os.path.abspath(folder), DISPATCH_STATE)
-        if os.path.exists(path):
-            self.planner.load_state_dict(torch.load(path, weights_only=False))
-        else:
-            logger.warning("dora dispatch: no %s in %s; the planner starts empty", DISPATCH_STATE, folder)
+        folder = os.path.abspath(folder)
+        if self.dora.dispatch == "dora":
+            path = os.path.join(folder, DISPATCH_STATE)
+            if os.path.exists(path):
+                self.planner.load_state_dict(torch.load(path, weights_only=False))
+            else:
+                logger.warning("dora dispatch: no %s in %s; the planner starts empty", DISPATCH_STATE, folder)
+        replay = self._replay()
+        if replay is not None:
+            path = os.path.join(folder, REPLAY_STATE)
+            state = torch.load(path, weights_only=False) if os.path.exists(path) else None
+            if state is None:
+                logger.warning("dora replay: no %s in %s; the replay buffer starts empty", REPLAY_STATE, folder)
+            logger.info("dora replay: resumed %s", replay.load_replay_state_dict(state))
 
     def _init_resource_pool_mgr(self) -> None:
         """verl's pools, with those named in ``node_resources`` pinned to the nodes carrying
@@ -523,7 +538,11 @@ class DoraTrainer(PPOTrainerSeparateAsync):
         through :class:`ReplicaVersionCheckpointEngineManager` driven by the balancer's roller."""
         manager = self.standalone_server_manager
         if self.config.actor_rollout_ref.rollout.name == "hf":
-            ray.get([handle.set_single_version.remote(True) for handle in manager.server_handles])
+            # the elastic group's hybrid replicas too: lent, each holds the version it was given
+            handles = list(manager.server_handles)
+            if self._enable_hybrid_replicas:
+                handles += list(self.llm_server_manager.server_handles)
+            ray.get([handle.set_single_version.remote(True) for handle in handles])
         self.standalone_checkpoint_manager = ReplicaVersionCheckpointEngineManager(
             config=omega_conf_to_dataclass(self.config.actor_rollout_ref.rollout.checkpoint_engine),
             actor_wg=self.actor_rollout_wg,
@@ -548,6 +567,8 @@ class DoraTrainer(PPOTrainerSeparateAsync):
         )
         ray.kill(previous)
         self.add_replicas_to_balancer()  # no-op without hybrid replicas; verl added them to the old one
+        # a dead replica is dropped between requests, not only when a request to it fails
+        ray.get(manager.global_load_balancer.start_health_probe.remote(float(self.dora.health_probe_s)))
 
     def _stop_requests(self) -> bool:
         """Migrations and stale aborts are executed where the servers stop single requests (``hf``)."""
@@ -643,6 +664,7 @@ class DoraTrainer(PPOTrainerSeparateAsync):
         if self.config.actor_rollout_ref.rollout.name != "hf" or not handles:
             return {}
         stats = dict(zip(handles, ray.get([h.get_stats.remote() for h in handles.values()]), strict=True))
+        standalone = set(self.standalone_server_manager.server_addresses)
         request_s = busy_s = uptime_s = 0.0
         for address, now in stats.items():
             before = self._replica_stats.get(address, {"request_s": 0.0, "busy_s": 0.0, "uptime_s": 0.0})
@@ -661,7 +683,12 @@ class DoraTrainer(PPOTrainerSeparateAsync):
             "dora/rollout_busy_ratio": busy_s / uptime_s,
             "dora/versions_held/max": float(max(len(s["versions_held"]) for s in stats.values())),
             "dora/replica/max_versions_held": float(max(s.get("max_versions_held", 1) for s in stats.values())),
-            "dora/replica/server_aborts": float(sum(s.get("aborted", 0) for s in stats.values())),
+            # the standalone replicas' aborts (the roller's to account for) apart from the elastic
+            # group's (every request it held when reclaimed)
+            "dora/replica/server_aborts": float(sum(s.get("aborted", 0) for a, s in stats.items() if a in standalone)),
+            "dora/replica/elastic_aborts": float(
+                sum(s.get("aborted", 0) for a, s in stats.items() if a not in standalone)
+            ),
             "dora/replica_versions_distinct": float(len({s["weights_version"] for s in stats.values()})),
         }
 
