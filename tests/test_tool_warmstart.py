@@ -145,3 +145,30 @@ def test_space_tokens_make_a_value_the_same_tokens_in_the_message_and_in_the_cal
         assert copies(True, value) == (True, True), value
     assert copies(False, "Velvet Lounge") == (False, True)  # byte-level BPE glues the space to the first letter
     assert WarmStartPlan(space_tokens=True).key() != WarmStartPlan().key()
+
+
+def test_tied_embeddings_are_a_plan_field_that_keeps_the_older_keys(tmp_path: Path) -> None:
+    import sys
+
+    from transformers import AutoModelForCausalLM
+
+    from longcat_plugins.runtime.assets import build_model, build_tokenizer
+
+    assert WarmStartPlan(tie_embeddings=False).key() == "3dd12334cb"  # unset: the default plan's directory
+    assert WarmStartPlan(tie_embeddings=True).key() != WarmStartPlan().key()
+    build_tokenizer(tmp_path, 0, 300)
+    for tie in (False, True):
+        build_model(tmp_path, "tiny", 0, tie_embeddings=tie)
+        model = AutoModelForCausalLM.from_pretrained(tmp_path)
+        shared = model.lm_head.weight.data_ptr() == model.model.embed_tokens.weight.data_ptr()
+        assert model.config.tie_word_embeddings is tie and shared is tie
+    sys.path.insert(0, str(REPO / "bench"))
+    try:
+        from bench_tool_warm_starts import parse_candidate
+    finally:
+        sys.path.remove(str(REPO / "bench"))
+    plan = parse_candidate("tiny:2000:400:te:rv4:vp200")
+    assert plan == WarmStartPlan(sft_steps=2000, revalued=4, value_pool=200, tie_embeddings=True)
+    assert parse_candidate("tiny:2000:400:rv4:vp200").tie_embeddings is False
+    with pytest.raises(SystemExit, match=r"unknown flag\(s\) \['tie'\]"):
+        parse_candidate("tiny:2000:400:tie")

@@ -159,7 +159,13 @@ def build_tokenizer(
     fast.save_pretrained(out_dir)
 
 
-def build_model(out_dir: Path, size: str, seed: int = 0) -> None:
+def build_model(out_dir: Path, size: str, seed: int = 0, tie_embeddings: bool = False) -> None:
+    """A random ``size`` Llama of the tokenizer in ``out_dir``'s vocabulary, saved there.
+
+    ``tie_embeddings``: the output layer is the input embedding (a token's logit is its embedding's
+    dot product with the last hidden state), so an attention head that moves a token's embedding
+    forward raises that same token's logit for every token alike: copying need not be learned per token.
+    """
     import torch
     from transformers import AutoTokenizer, LlamaConfig, LlamaForCausalLM
 
@@ -176,7 +182,7 @@ def build_model(out_dir: Path, size: str, seed: int = 0) -> None:
         bos_token_id=tokenizer.bos_token_id,
         eos_token_id=tokenizer.eos_token_id,
         pad_token_id=tokenizer.pad_token_id,
-        tie_word_embeddings=False,
+        tie_word_embeddings=tie_embeddings,
         torch_dtype="float32",
     )
     torch.manual_seed(seed)
