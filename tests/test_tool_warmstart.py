@@ -147,7 +147,7 @@ def test_space_tokens_make_a_value_the_same_tokens_in_the_message_and_in_the_cal
     assert WarmStartPlan(space_tokens=True).key() != WarmStartPlan().key()
 
 
-def test_tied_embeddings_are_a_plan_field_that_keeps_the_older_keys(tmp_path: Path) -> None:
+def test_tied_embeddings_and_width_are_plan_fields_that_keep_the_older_keys(tmp_path: Path) -> None:
     import sys
 
     from transformers import AutoModelForCausalLM
@@ -155,20 +155,24 @@ def test_tied_embeddings_are_a_plan_field_that_keeps_the_older_keys(tmp_path: Pa
     from longcat_plugins.runtime.assets import build_model, build_tokenizer
 
     assert WarmStartPlan(tie_embeddings=False).key() == "3dd12334cb"  # unset: the default plan's directory
-    assert WarmStartPlan(tie_embeddings=True).key() != WarmStartPlan().key()
+    assert WarmStartPlan(hidden_size=0).key() == "3dd12334cb"
+    keys = {WarmStartPlan().key(), WarmStartPlan(tie_embeddings=True).key(), WarmStartPlan(hidden_size=128).key()}
+    assert len(keys) == 3
     build_tokenizer(tmp_path, 0, 300)
-    for tie in (False, True):
-        build_model(tmp_path, "tiny", 0, tie_embeddings=tie)
+    for tie, width in ((False, 0), (True, 0), (True, 128)):
+        build_model(tmp_path, "tiny", 0, tie_embeddings=tie, hidden_size=width)
         model = AutoModelForCausalLM.from_pretrained(tmp_path)
         shared = model.lm_head.weight.data_ptr() == model.model.embed_tokens.weight.data_ptr()
         assert model.config.tie_word_embeddings is tie and shared is tie
+        assert (model.config.hidden_size, model.config.intermediate_size) == ((128, 256) if width else (64, 128))
+        assert (model.config.num_hidden_layers, model.config.num_attention_heads) == (2, 4)  # the size's
     sys.path.insert(0, str(REPO / "bench"))
     try:
         from bench_tool_warm_starts import parse_candidate
     finally:
         sys.path.remove(str(REPO / "bench"))
-    plan = parse_candidate("tiny:2000:400:te:rv4:vp200")
-    assert plan == WarmStartPlan(sft_steps=2000, revalued=4, value_pool=200, tie_embeddings=True)
+    plan = parse_candidate("tiny:1200:400:te:rv4:vp20:hd128")
+    assert plan == WarmStartPlan(sft_steps=1200, revalued=4, value_pool=20, tie_embeddings=True, hidden_size=128)
     assert parse_candidate("tiny:2000:400:rv4:vp200").tie_embeddings is False
     with pytest.raises(SystemExit, match=r"unknown flag\(s\) \['tie'\]"):
         parse_candidate("tiny:2000:400:tie")
