@@ -176,3 +176,30 @@ def test_tied_embeddings_and_width_are_plan_fields_that_keep_the_older_keys(tmp_
     assert parse_candidate("tiny:2000:400:rv4:vp200").tie_embeddings is False
     with pytest.raises(SystemExit, match=r"unknown flag\(s\) \['tie'\]"):
         parse_candidate("tiny:2000:400:tie")
+
+
+def test_copy_probe_marks_the_values_a_call_copies_from_the_user_and_from_a_tool() -> None:
+    """bench/tool_copy_probe.py scores a value at the position where an assistant turn copies it:
+    a value the user stated, one only a tool result stated, and the first turn's positions."""
+    import sys
+
+    import torch
+
+    sys.path.insert(0, str(REPO / "bench"))
+    try:
+        from tool_copy_probe import copy_marks
+    finally:
+        sys.path.remove(str(REPO / "bench"))
+    messages = [
+        {"role": "system", "content": "sys"},
+        {"role": "user", "content": "My phone is 555-1. Close it."},
+        {"role": "assistant", "content": "call(555-1)"},
+        {"role": "tool", "content": "CUS-0003"},
+        {"role": "assistant", "content": "call(CUS-0003)"},
+    ]
+    # token ids: 10 = "555-1", 11 = "CUS-0003", 12 = "CUS-0009" (a value no message states), others text
+    ids = [1, 2, 10, 3, 4, 5, 10, 6, 7, 11, 8, 5, 11, 12, 6]
+    mask = [0, 0, 0, 0, 0, 1, 1, 1, 0, 0, 0, 1, 1, 1, 1]  # two assistant turns: 5-7 and 11-14
+    row = {"input_ids": torch.tensor(ids), "loss_mask": torch.tensor(mask), "messages": messages}
+    marks = copy_marks(row, {10: "555-1", 11: "CUS-0003", 12: "CUS-0009"})
+    assert marks == {"copy_user": [6], "copy_tool": [12], "first": [5, 6, 7], "asst": [5, 6, 7, 11, 12, 13, 14]}
