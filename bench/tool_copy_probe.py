@@ -24,7 +24,8 @@ What can vary (``--variants``, ``name=key:value,key:value;...``): ``lr``, ``batc
 ``tie`` (tied input/output embeddings: the copy circuit ``e_v -> e_v`` is then the same for every
 value, rather than learned per value token), ``size`` (a :data:`SIZES` name), ``hidden``,
 ``layers``, ``heads``, ``loss`` (``assistant``: verl's mask; ``all``: every token).
-A data plan is a ``bench_tool_warm_starts`` candidate (``size:sft_steps:train_envs[:flags]``;
+``seed`` (init and data order). ``--score DIR`` also scores a trained checkpoint, e.g. the plan's
+verl-built model, on the same positions. A data plan is a ``bench_tool_warm_starts`` candidate (``size:sft_steps:train_envs[:flags]``;
 value pools, ``vpN``, are required: the copy positions are the one-token values).
 
     .venv/bin/python bench/tool_copy_probe.py --plan tiny:2000:400:rv4:vp200 \\
@@ -50,7 +51,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 OUT = Path(__file__).resolve().parent / "results" / "tool_copy_probe.json"
 #: a variant's settings and their defaults (the plan's values where it has them)
-SETTINGS = ("lr", "batch", "updates", "tie", "size", "hidden", "layers", "heads", "loss")
+SETTINGS = ("lr", "batch", "updates", "tie", "size", "hidden", "layers", "heads", "loss", "seed")
 
 
 def data_root(cache: Path, plan: Any) -> Path:
@@ -290,6 +291,7 @@ def main() -> None:
     parser.add_argument("--cache-dir", type=Path, default=None)
     parser.add_argument("--out", type=Path, default=OUT)
     parser.add_argument("--append", action="store_true", help="add to the runs already in --out")
+    parser.add_argument("--score", type=Path, default=None, help="also score this trained checkpoint (no training)")
     args = parser.parse_args()
 
     import torch
@@ -327,8 +329,22 @@ def main() -> None:
         flush=True,
     )
     runs = json.loads(args.out.read_text())["runs"] if args.append and args.out.exists() else []
+    if args.score:  # a trained checkpoint (e.g. the plan's verl SFT model), scored, not trained
+        from transformers import AutoModelForCausalLM
+
+        scores = evaluate(AutoModelForCausalLM.from_pretrained(args.score), held, marks, tok.pad_token_id)
+        print("score", args.score, scores, flush=True)
+        runs.append(
+            {
+                "plan": asdict(plan),
+                "heldout_rows": len(held),
+                "variant": "checkpoint",
+                "scored": str(args.score),
+                "curve": [scores],
+            }
+        )
     for name, s in variants:
-        run = run_variant(name, s, train, held, marks, root / "base", plan.seed, args.eval_every, tok.pad_token_id)
+        run = run_variant(name, s, train, held, marks, root / "base", s["seed"], args.eval_every, tok.pad_token_id)
         runs.append({"plan": asdict(plan), "train_rows": len(train), "heldout_rows": len(held), **run})
         args.out.parent.mkdir(parents=True, exist_ok=True)
         args.out.write_text(json.dumps({"runs": runs}, indent=1))
