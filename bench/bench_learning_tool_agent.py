@@ -14,10 +14,13 @@ Writes ``bench/results/learning_tool_agent.json``::
     {"runs": [{"seed", "steps", "wall_s", "success_before", "success_after", "curve": [...],
                "probe_after": {...}}], ...}
 
-    PYTHONPATH=. python bench/bench_learning_tool_agent.py [--seeds 0 1 2] [--steps 20] [--append]
+    PYTHONPATH=. python bench/bench_learning_tool_agent.py [--seeds 0 1 2] [--steps 20] [--append] \
+        [--plan tiny:2000:400:te:rv4:vp200] [--lr 3e-4]
 
-``--append`` keeps the runs already in ``--out`` (a seed measured again replaces its run), so a
-long bench can run one seed per invocation.
+``--append`` keeps the runs already in ``--out`` (a seed measured again on the same warm start and
+learning rate replaces its run), so a long bench can run one seed per invocation. ``--plan`` is a
+``bench_tool_warm_starts`` candidate (default: the demo's warm start), ``--lr`` the actor's learning
+rate (default: the demo's); each run records its own ``warm_start`` and ``lr``.
 """
 
 from __future__ import annotations
@@ -25,6 +28,7 @@ from __future__ import annotations
 import argparse
 import json
 import platform
+import sys
 import tempfile
 import time
 from pathlib import Path
@@ -48,6 +52,8 @@ def main() -> None:
     parser.add_argument("--work", type=Path, default=None, help="run directories (default: a temp dir)")
     parser.add_argument("--append", action="store_true", help="keep the runs of other seeds already in --out")
     parser.add_argument("--no-probe", dest="probe", action="store_false", help="skip probing the trained policy")
+    parser.add_argument("--plan", default=None, help="a bench_tool_warm_starts candidate (default: the demo's)")
+    parser.add_argument("--lr", type=float, default=None, help="the actor's learning rate (default: the demo's)")
     args = parser.parse_args()
 
     previous: list[dict[str, Any]] = []
@@ -58,6 +64,14 @@ def main() -> None:
                 f"--append: {args.out} holds runs of {old.get('config', {}).get('steps')} steps, not {args.steps}"
             )
         previous = old["runs"]
+        for run in previous:  # runs written before each run named its warm start and rate: the file's ones
+            lrs = [
+                o.split("=", 1)[1]
+                for o in old["config"]["overrides"]
+                if o.startswith("actor_rollout_ref.actor.optim.lr=")
+            ]
+            run.setdefault("lr", float(lrs[0]) if lrs else None)
+            run.setdefault("warm_start", {k: v for k, v in old["warm_start"].items() if k != "build_s_this_run"})
 
     from longcat_plugins.runtime.assets import default_cache_dir, ensure_assets
     from longcat_plugins.runtime.demos import prepare_demo
@@ -65,8 +79,14 @@ def main() -> None:
     from longcat_plugins.runtime.tool_warmstart import ensure_tool_warm_start, held_out_success
 
     cache = args.cache_dir or default_cache_dir()
+    plan = None
+    if args.plan:
+        sys.path.insert(0, str(Path(__file__).resolve().parent))
+        from bench_tool_warm_starts import parse_candidate
+
+        plan = parse_candidate(args.plan)
     t0 = time.perf_counter()
-    warm = ensure_tool_warm_start(cache)
+    warm = ensure_tool_warm_start(cache, plan)
     build_s = time.perf_counter() - t0
     built = ensure_assets(cache)
     work = args.work or Path(tempfile.mkdtemp(prefix="bench-toolwarm-"))
@@ -76,6 +96,17 @@ def main() -> None:
         # no checkpoints; held-out validation before the first step and after the last only
         overrides = [o for o in demo.overrides if not o.startswith(("trainer.save_freq=", "trainer.test_freq="))]
         overrides += [f"data.seed={seed}", f"actor_rollout_ref.rollout.seed={seed}", f"trainer.test_freq={args.steps}"]
+        # this warm start's model and data in place of the demo's (the loop settings are the same)
+        paths = {
+            "actor_rollout_ref.model.path=": warm.model,
+            "data.train_files=": warm.train,
+            "data.val_files=": warm.val,
+        }
+        overrides = [next((f"{k}{v}" for k, v in paths.items() if o.startswith(k)), o) for o in overrides]
+        if args.lr is not None:
+            overrides = [o for o in overrides if not o.startswith("actor_rollout_ref.actor.optim.lr=")]
+            overrides.append(f"actor_rollout_ref.actor.optim.lr={args.lr:g}")
+        lr = next(float(o.split("=", 1)[1]) for o in overrides if o.startswith("actor_rollout_ref.actor.optim.lr="))
         # the trained policy as an HF checkpoint at the last step only (for the probe), else none
         save = [f"trainer.save_freq={args.steps}", "actor_rollout_ref.actor.checkpoint.save_contents=[hf_model]"]
         overrides += save if args.probe else ["trainer.save_freq=-1"]
@@ -99,12 +130,17 @@ def main() -> None:
             "success_before": held[0],
             "success_after": held[1],
             "curve": curve,
+            "lr": lr,
+            "warm_start": json.loads((warm.root / "warmstart.json").read_text()),
         }
         if args.probe:
             run["probe_after"] = _probe_trained(result.checkpoints, warm.val)
         runs.append(run)
         print(f"seed {seed}: held-out success {held[0]:.1%} -> {held[1]:.1%} in {wall:.0f}s", flush=True)
-    runs = [r for r in previous if r["seed"] not in args.seeds] + runs
+    same = {(r["seed"], r["lr"], json.dumps(r["warm_start"], sort_keys=True)) for r in runs}
+    runs = [
+        r for r in previous if (r["seed"], r.get("lr"), json.dumps(r.get("warm_start"), sort_keys=True)) not in same
+    ] + runs
     meta = json.loads((warm.root / "warmstart.json").read_text())
     out = {
         "runs": runs,

@@ -11,8 +11,9 @@ and play the held-out tasks in-process (:func:`longcat_plugins.runtime.tool_prob
 
     .venv/bin/python bench/bench_tool_warm_starts.py --candidates tiny:400:400 [--append]
 
-A candidate is ``size:sft_steps:train_envs[:sp][:rvN][:vpN]`` (``sp``: ``space_tokens``; ``rvN``:
-``revalued=N``; ``vpN``: ``value_pool=N``, one-token values);
+A candidate is ``size:sft_steps:train_envs[:sp][:te][:rvN][:vpN][:hdN]`` (``sp``: ``space_tokens``; ``te``:
+``tie_embeddings``; ``rvN``: ``revalued=N``; ``vpN``: ``value_pool=N``, one-token values; ``hdN``:
+``hidden_size=N``);
 the other plan values are ``WarmStartPlan``'s defaults.
 ``build_s`` is the time of the (cached) build: near 0 when the candidate was already built.
 """
@@ -24,36 +25,41 @@ import json
 import time
 from dataclasses import asdict
 from pathlib import Path
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from longcat_plugins.runtime.tool_warmstart import WarmStartPlan
 
 OUT = Path(__file__).resolve().parent / "results" / "tool_warm_starts.json"
 
 
-def measure(
-    size: str,
-    steps: int,
-    train_envs: int,
-    flags: list[str],
-    n: int,
-    sampled_tasks: int,
-    cache: Path | None,
-) -> dict:
-    import pandas as pd
+def parse_candidate(spec: str) -> WarmStartPlan:
+    """The plan a ``size:sft_steps:train_envs[:sp][:te][:rvN][:vpN][:hdN]`` candidate names."""
+    from longcat_plugins.runtime.tool_warmstart import WarmStartPlan
 
-    from longcat_plugins.runtime.tool_probe import probe
-    from longcat_plugins.runtime.tool_warmstart import WarmStartPlan, ensure_tool_warm_start
-
-    unknown = [f for f in flags if f != "sp" and not (f[:2] in ("rv", "vp") and f[2:].isdigit())]
+    size, steps, envs, *flags = spec.split(":")
+    unknown = [f for f in flags if f not in ("sp", "te") and not (f[:2] in ("rv", "vp", "hd") and f[2:].isdigit())]
     if unknown:
-        raise SystemExit(f"--candidates: unknown flag(s) {unknown} (known: sp, rvN, vpN)")
-    numbers = {f[:2]: int(f[2:]) for f in flags if f[:2] in ("rv", "vp")}
-    plan = WarmStartPlan(
+        raise SystemExit(f"--candidates: unknown flag(s) {unknown} in {spec!r} (known: sp, te, rvN, vpN, hdN)")
+    numbers = {f[:2]: int(f[2:]) for f in flags if f[:2] in ("rv", "vp", "hd")}
+    return WarmStartPlan(
         size=size,
-        sft_steps=steps,
-        train_envs=train_envs,
+        sft_steps=int(steps),
+        train_envs=int(envs),
         space_tokens="sp" in flags,
         revalued=numbers.get("rv", 0),
         value_pool=numbers.get("vp", 0),
+        tie_embeddings="te" in flags,
+        hidden_size=numbers.get("hd", 0),
     )
+
+
+def measure(plan: WarmStartPlan, n: int, sampled_tasks: int, cache: Path | None) -> dict:
+    import pandas as pd
+
+    from longcat_plugins.runtime.tool_probe import probe
+    from longcat_plugins.runtime.tool_warmstart import ensure_tool_warm_start
+
     start = time.monotonic()
     warm = ensure_tool_warm_start(cache, plan)
     build_s = time.monotonic() - start
@@ -77,7 +83,9 @@ def measure(
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument(
-        "--candidates", default="tiny:400:400", help="comma-separated size:sft_steps:train_envs[:sp][:rvN][:vpN]"
+        "--candidates",
+        default="tiny:400:400",
+        help="comma-separated size:sft_steps:train_envs[:sp][:te][:rvN][:vpN][:hdN]",
     )
     parser.add_argument("--n", type=int, default=4, help="sampled episodes per task")
     parser.add_argument("--sampled-tasks", type=int, default=10)
@@ -87,8 +95,7 @@ def main() -> None:
     args = parser.parse_args()
     results = json.loads(args.out.read_text())["candidates"] if args.append and args.out.exists() else []
     for spec in args.candidates.split(","):
-        size, steps, envs, *flags = spec.split(":")
-        row = measure(size, int(steps), int(envs), flags, args.n, args.sampled_tasks, args.cache_dir)
+        row = measure(parse_candidate(spec), args.n, args.sampled_tasks, args.cache_dir)
         print(json.dumps({k: row[k] for k in ("plan", "build_s", "probe_s")}), flush=True)
         print(" greedy ", {k: row["greedy"][k] for k in row["greedy"] if k != "successes_per_task"}, flush=True)
         print(" sampled", {k: row["sampled"][k] for k in row["sampled"]}, flush=True)

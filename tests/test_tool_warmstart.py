@@ -145,3 +145,61 @@ def test_space_tokens_make_a_value_the_same_tokens_in_the_message_and_in_the_cal
         assert copies(True, value) == (True, True), value
     assert copies(False, "Velvet Lounge") == (False, True)  # byte-level BPE glues the space to the first letter
     assert WarmStartPlan(space_tokens=True).key() != WarmStartPlan().key()
+
+
+def test_tied_embeddings_and_width_are_plan_fields_that_keep_the_older_keys(tmp_path: Path) -> None:
+    import sys
+
+    from transformers import AutoModelForCausalLM
+
+    from longcat_plugins.runtime.assets import build_model, build_tokenizer
+
+    assert WarmStartPlan(tie_embeddings=False).key() == "3dd12334cb"  # unset: the default plan's directory
+    assert WarmStartPlan(hidden_size=0).key() == "3dd12334cb"
+    keys = {WarmStartPlan().key(), WarmStartPlan(tie_embeddings=True).key(), WarmStartPlan(hidden_size=128).key()}
+    assert len(keys) == 3
+    build_tokenizer(tmp_path, 0, 300)
+    for tie, width in ((False, 0), (True, 0), (True, 128)):
+        build_model(tmp_path, "tiny", 0, tie_embeddings=tie, hidden_size=width)
+        model = AutoModelForCausalLM.from_pretrained(tmp_path)
+        shared = model.lm_head.weight.data_ptr() == model.model.embed_tokens.weight.data_ptr()
+        assert model.config.tie_word_embeddings is tie and shared is tie
+        assert (model.config.hidden_size, model.config.intermediate_size) == ((128, 256) if width else (64, 128))
+        assert (model.config.num_hidden_layers, model.config.num_attention_heads) == (2, 4)  # the size's
+    sys.path.insert(0, str(REPO / "bench"))
+    try:
+        from bench_tool_warm_starts import parse_candidate
+    finally:
+        sys.path.remove(str(REPO / "bench"))
+    plan = parse_candidate("tiny:1200:400:te:rv4:vp20:hd128")
+    assert plan == WarmStartPlan(sft_steps=1200, revalued=4, value_pool=20, tie_embeddings=True, hidden_size=128)
+    assert parse_candidate("tiny:2000:400:rv4:vp200").tie_embeddings is False
+    with pytest.raises(SystemExit, match=r"unknown flag\(s\) \['tie'\]"):
+        parse_candidate("tiny:2000:400:tie")
+
+
+def test_copy_probe_marks_the_values_a_call_copies_from_the_user_and_from_a_tool() -> None:
+    """bench/tool_copy_probe.py scores a value at the position where an assistant turn copies it:
+    a value the user stated, one only a tool result stated, and the first turn's positions."""
+    import sys
+
+    import torch
+
+    sys.path.insert(0, str(REPO / "bench"))
+    try:
+        from tool_copy_probe import copy_marks
+    finally:
+        sys.path.remove(str(REPO / "bench"))
+    messages = [
+        {"role": "system", "content": "sys"},
+        {"role": "user", "content": "My phone is 555-1. Close it."},
+        {"role": "assistant", "content": "call(555-1)"},
+        {"role": "tool", "content": "CUS-0003"},
+        {"role": "assistant", "content": "call(CUS-0003)"},
+    ]
+    # token ids: 10 = "555-1", 11 = "CUS-0003", 12 = "CUS-0009" (a value no message states), others text
+    ids = [1, 2, 10, 3, 4, 5, 10, 6, 7, 11, 8, 5, 11, 12, 6]
+    mask = [0, 0, 0, 0, 0, 1, 1, 1, 0, 0, 0, 1, 1, 1, 1]  # two assistant turns: 5-7 and 11-14
+    row = {"input_ids": torch.tensor(ids), "loss_mask": torch.tensor(mask), "messages": messages}
+    marks = copy_marks(row, {10: "555-1", 11: "CUS-0003", 12: "CUS-0009"})
+    assert marks == {"copy_user": [6], "copy_tool": [12], "first": [5, 6, 7], "asst": [5, 6, 7, 11, 12, 13, 14]}

@@ -159,7 +159,14 @@ def build_tokenizer(
     fast.save_pretrained(out_dir)
 
 
-def build_model(out_dir: Path, size: str, seed: int = 0) -> None:
+def build_model(out_dir: Path, size: str, seed: int = 0, tie_embeddings: bool = False, hidden_size: int = 0) -> None:
+    """A random ``size`` Llama of the tokenizer in ``out_dir``'s vocabulary, saved there.
+
+    ``tie_embeddings``: the output layer is the input embedding (a token's logit is its embedding's
+    dot product with the last hidden state), so an attention head that moves a token's embedding
+    forward raises that same token's logit for every token alike: copying need not be learned per token.
+    ``hidden_size`` > 0: that width instead of the size's (the MLP twice as wide, the same heads and layers).
+    """
     import torch
     from transformers import AutoTokenizer, LlamaConfig, LlamaForCausalLM
 
@@ -167,8 +174,8 @@ def build_model(out_dir: Path, size: str, seed: int = 0) -> None:
     tokenizer = AutoTokenizer.from_pretrained(out_dir)
     config = LlamaConfig(
         vocab_size=len(tokenizer),
-        hidden_size=spec.hidden_size,
-        intermediate_size=spec.intermediate_size,
+        hidden_size=hidden_size or spec.hidden_size,
+        intermediate_size=2 * hidden_size if hidden_size else spec.intermediate_size,
         num_hidden_layers=spec.num_hidden_layers,
         num_attention_heads=spec.num_attention_heads,
         num_key_value_heads=spec.num_attention_heads,
@@ -176,7 +183,7 @@ def build_model(out_dir: Path, size: str, seed: int = 0) -> None:
         bos_token_id=tokenizer.bos_token_id,
         eos_token_id=tokenizer.eos_token_id,
         pad_token_id=tokenizer.pad_token_id,
-        tie_word_embeddings=False,
+        tie_word_embeddings=tie_embeddings,
         torch_dtype="float32",
     )
     torch.manual_seed(seed)

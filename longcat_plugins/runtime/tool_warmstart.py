@@ -97,13 +97,22 @@ class WarmStartPlan:
     #: id (``SHP-0003``) is one token of the tokenizer (:func:`value_tokens`): copying it is one
     #: content-based attention lookup rather than a ~6-token induction chain
     value_pool: int = 0
+    #: tied input and output embeddings (:func:`~longcat_plugins.runtime.assets.build_model`): the
+    #: copy of a one-token value is then one circuit for all values rather than one learned per value
+    #: token, most of which a few thousand trajectories show only a handful of times
+    tie_embeddings: bool = False
+    #: > 0: the model's width instead of the size's (MLP twice as wide, the size's layers and heads).
+    #: Measured with bench/tool_copy_probe.py: at width 64 the copy of a one-token value stays at
+    #: chance for 1,000 updates; at 128 it forms within them
+    hidden_size: int = 0
 
     def key(self) -> str:
         """A short digest of every field: a changed plan builds into its own cache directory
-        (``space_tokens``, ``revalued`` and ``value_pool`` count only when set, so the plans measured
-        before them keep their keys)."""
+        (``space_tokens``, ``revalued``, ``value_pool``, ``tie_embeddings`` and ``hidden_size`` count
+        only when set, so the plans measured before them keep their keys)."""
         fields = asdict(self)
-        for name, default in (("space_tokens", False), ("revalued", 0), ("value_pool", 0)):
+        optional = (("space_tokens", False), ("revalued", 0), ("value_pool", 0), ("tie_embeddings", False))
+        for name, default in (*optional, ("hidden_size", 0)):
             if fields[name] == default:
                 del fields[name]
         return hashlib.sha1(json.dumps(fields, sort_keys=True).encode()).hexdigest()[:10]
@@ -229,7 +238,7 @@ def prepare_data(tmp: Path, plan: WarmStartPlan) -> list[dict[str, Any]]:
     rows = rows + revalued_rows(rows, plan.revalued, plan.seed, plan.value_pool)
     rows = fitting_rows(rows, tmp / "base", plan.sft_max_length)
     write_sft_parquet(rows, tmp / "sft.parquet")
-    build_model(tmp / "base", plan.size, plan.seed)
+    build_model(tmp / "base", plan.size, plan.seed, plan.tie_embeddings, plan.hidden_size)
     return rows
 
 
