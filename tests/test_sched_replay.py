@@ -17,7 +17,7 @@ import pytest
 from conftest import run_cli
 from sched_helpers import FakeTQ
 from test_sched_dispatch import roundtrip
-from test_sched_unify import finished_group, make_buffer
+from test_sched_unify import buffer_with, finished_group, make_buffer
 
 from longcat_plugins.runtime.launch import configs_dir
 from longcat_plugins.schedulers.core.config import ConfigError
@@ -163,16 +163,7 @@ class World:
         self.planner = DispatchPlanner(
             settings.dispatch_config(self.BATCH, window), self._fetch, window, 4 * window, new_uid=self._new_uid
         )
-        self.buffer = DoraReplayBuffer(
-            trainer_mode="dora",
-            trainer_config={},
-            max_off_policy_threshold=None,
-            max_off_policy_strategy="drop",
-            sampler_kwargs={},
-            poll_interval=0.0,
-            refill_fn=lambda k: self.dispatch(),
-            settings=settings,
-        )
+        self.buffer = buffer_with(settings, lambda k: self.dispatch())
         self.buffer.on_poll = self._poll
         self.buffer.on_sampled = self._on_sampled
         self.trained: list[tuple[int, str, bool]] = []  # (step, uid, replayed)

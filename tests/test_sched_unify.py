@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import math
 from collections import Counter
+from collections.abc import Callable
 from typing import Any
 
 import pytest
@@ -23,7 +24,8 @@ from longcat_plugins.schedulers.sampler import DoraReplayBuffer, version_lag
 from longcat_plugins.schedulers.settings import DoraSettings
 
 
-def make_buffer(refills: list[int], **settings: Any) -> DoraReplayBuffer:
+def buffer_with(settings: DoraSettings, refill_fn: Callable[[int], Any]) -> DoraReplayBuffer:
+    """The DORA sampler as the dora trainer builds it, with ``settings`` and ``refill_fn``."""
     return DoraReplayBuffer(
         trainer_mode="dora",
         trainer_config={},
@@ -31,9 +33,13 @@ def make_buffer(refills: list[int], **settings: Any) -> DoraReplayBuffer:
         max_off_policy_strategy="drop",
         sampler_kwargs={},
         poll_interval=0.0,
-        refill_fn=lambda k: refills.append(k) or k,
-        settings=DoraSettings(**settings),
+        refill_fn=refill_fn,
+        settings=settings,
     )
+
+
+def make_buffer(refills: list[int], **settings: Any) -> DoraReplayBuffer:
+    return buffer_with(DoraSettings(**settings), lambda k: refills.append(k) or k)
 
 
 def finished_group(tq: FakeTQ, uid: str, submitted: int, version: int, n: int = 2, **fields: Any) -> None:
