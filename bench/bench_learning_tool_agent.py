@@ -15,12 +15,17 @@ Writes ``bench/results/learning_tool_agent.json``::
                "probe_after": {...}}], ...}
 
     PYTHONPATH=. python bench/bench_learning_tool_agent.py [--seeds 0 1 2] [--steps 20] [--append] \
-        [--plan tiny:2000:400:te:rv4:vp200] [--lr 3e-4]
+        [--plan tiny:2000:400:te:rv4:vp200] [--lr 3e-4] [--test-freq 10] [--override KEY=VALUE ...]
 
 ``--append`` keeps the runs already in ``--out`` (a seed measured again on the same warm start and
-learning rate replaces its run), so a long bench can run one seed per invocation. ``--plan`` is a
+settings replaces its run), so a long bench can run one seed per invocation. ``--plan`` is a
 ``bench_tool_warm_starts`` candidate (default: the demo's warm start), ``--lr`` the actor's learning
-rate (default: the demo's); each run records its own ``warm_start`` and ``lr``.
+rate (default: the demo's), ``--test-freq`` validates every N steps as well (the curve's
+``held_out`` points), ``--override`` adds verl overrides after the demo's (say
+``data.train_batch_size=16``); each run records its own ``warm_start``, ``lr`` and ``settings``
+(every override that is not a path), so runs of different settings can share a file. ``--untie``
+trains an untied copy of the warm start (the output layer a copy of the input embedding: the same
+function at step 0), so RL's output-side gradient no longer moves the embedding the copy reads.
 """
 
 from __future__ import annotations
@@ -54,17 +59,16 @@ def main() -> None:
     parser.add_argument("--no-probe", dest="probe", action="store_false", help="skip probing the trained policy")
     parser.add_argument("--plan", default=None, help="a bench_tool_warm_starts candidate (default: the demo's)")
     parser.add_argument("--lr", type=float, default=None, help="the actor's learning rate (default: the demo's)")
+    parser.add_argument("--test-freq", type=int, default=None, help="validate every N steps too (default: last only)")
+    parser.add_argument("--override", action="append", default=[], help="a verl override added after the demo's")
+    parser.add_argument("--untie", action="store_true", help="train an untied copy of the warm start's embeddings")
     args = parser.parse_args()
 
     previous: list[dict[str, Any]] = []
     if args.append and args.out.exists():  # checked before any training, so a mismatch wastes no run
         old = json.loads(args.out.read_text())
-        if old.get("config", {}).get("steps") != args.steps:
-            raise SystemExit(
-                f"--append: {args.out} holds runs of {old.get('config', {}).get('steps')} steps, not {args.steps}"
-            )
         previous = old["runs"]
-        for run in previous:  # runs written before each run named its warm start and rate: the file's ones
+        for run in previous:  # runs written before each run named its warm start, rate and settings: the file's
             lrs = [
                 o.split("=", 1)[1]
                 for o in old["config"]["overrides"]
@@ -72,6 +76,10 @@ def main() -> None:
             ]
             run.setdefault("lr", float(lrs[0]) if lrs else None)
             run.setdefault("warm_start", {k: v for k, v in old["warm_start"].items() if k != "build_s_this_run"})
+            if "settings" not in run:  # the file's settings, at the run's own rate
+                lr_key = "actor_rollout_ref.actor.optim.lr="
+                own = [o for o in _settings(old["config"]["overrides"]) if not o.startswith(lr_key)]
+                run["settings"] = [*own, f"{lr_key}{run['lr']:g}"] if run["lr"] is not None else own
 
     from longcat_plugins.runtime.assets import default_cache_dir, ensure_assets
     from longcat_plugins.runtime.demos import prepare_demo
@@ -89,16 +97,21 @@ def main() -> None:
     warm = ensure_tool_warm_start(cache, plan)
     build_s = time.perf_counter() - t0
     built = ensure_assets(cache)
+    model = _untied_copy(warm.model) if args.untie else warm.model
     work = args.work or Path(tempfile.mkdtemp(prefix="bench-toolwarm-"))
     runs: list[dict[str, Any]] = []
     for seed in args.seeds:
         demo = prepare_demo("tool_agent", built, args.steps, init="warm")
         # no checkpoints; held-out validation before the first step and after the last only
         overrides = [o for o in demo.overrides if not o.startswith(("trainer.save_freq=", "trainer.test_freq="))]
-        overrides += [f"data.seed={seed}", f"actor_rollout_ref.rollout.seed={seed}", f"trainer.test_freq={args.steps}"]
+        overrides += [
+            f"data.seed={seed}",
+            f"actor_rollout_ref.rollout.seed={seed}",
+            f"trainer.test_freq={args.test_freq or args.steps}",
+        ]
         # this warm start's model and data in place of the demo's (the loop settings are the same)
         paths = {
-            "actor_rollout_ref.model.path=": warm.model,
+            "actor_rollout_ref.model.path=": model,
             "data.train_files=": warm.train,
             "data.val_files=": warm.val,
         }
@@ -106,6 +119,7 @@ def main() -> None:
         if args.lr is not None:
             overrides = [o for o in overrides if not o.startswith("actor_rollout_ref.actor.optim.lr=")]
             overrides.append(f"actor_rollout_ref.actor.optim.lr={args.lr:g}")
+        overrides += args.override
         lr = next(float(o.split("=", 1)[1]) for o in overrides if o.startswith("actor_rollout_ref.actor.optim.lr="))
         # the trained policy as an HF checkpoint at the last step only (for the probe), else none
         save = [f"trainer.save_freq={args.steps}", "actor_rollout_ref.actor.checkpoint.save_contents=[hf_model]"]
@@ -130,17 +144,17 @@ def main() -> None:
             "success_before": held[0],
             "success_after": held[1],
             "curve": curve,
+            "held_out": _held_out_curve(result.steps),
             "lr": lr,
+            "settings": _settings(overrides) + (["untied_copy"] if args.untie else []),
             "warm_start": json.loads((warm.root / "warmstart.json").read_text()),
         }
         if args.probe:
             run["probe_after"] = _probe_trained(result.checkpoints, warm.val)
         runs.append(run)
         print(f"seed {seed}: held-out success {held[0]:.1%} -> {held[1]:.1%} in {wall:.0f}s", flush=True)
-    same = {(r["seed"], r["lr"], json.dumps(r["warm_start"], sort_keys=True)) for r in runs}
-    runs = [
-        r for r in previous if (r["seed"], r.get("lr"), json.dumps(r.get("warm_start"), sort_keys=True)) not in same
-    ] + runs
+    same = {_key(r) for r in runs}
+    runs = [r for r in previous if _key(r) not in same] + runs
     meta = json.loads((warm.root / "warmstart.json").read_text())
     out = {
         "runs": runs,
@@ -150,13 +164,55 @@ def main() -> None:
             "init": "warm",
             "steps": args.steps,
             # the demo's overrides that are not paths (so the settings are on record)
-            "overrides": [o for o in overrides if "/" not in o.split("=", 1)[1]] if args.seeds else [],
+            "overrides": _settings(overrides) if args.seeds else [],
         },
         "machine": {"cpus": _cpus(), "python": platform.python_version()},
     }
     args.out.parent.mkdir(parents=True, exist_ok=True)
     args.out.write_text(json.dumps(out, indent=1))
     print(f"wrote {args.out}")
+
+
+def _untied_copy(model_dir: Path) -> Path:
+    """``model_dir`` with its output layer untied from the input embedding (a copy of it), built
+    once beside it and renamed into place when complete."""
+    import shutil
+
+    import torch
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    out = model_dir.with_name(model_dir.name + "-untied")
+    if out.is_dir():
+        return out
+    model = AutoModelForCausalLM.from_pretrained(model_dir)
+    if not model.config.tie_word_embeddings:
+        raise SystemExit(f"--untie: {model_dir} is already untied")
+    model.config.tie_word_embeddings = False
+    model.lm_head.weight = torch.nn.Parameter(model.get_input_embeddings().weight.detach().clone())
+    tmp = out.with_name(out.name + ".tmp")
+    shutil.rmtree(tmp, ignore_errors=True)
+    model.save_pretrained(tmp)
+    AutoTokenizer.from_pretrained(model_dir).save_pretrained(tmp)
+    tmp.rename(out)
+    return out
+
+
+def _settings(overrides: list[str]) -> list[str]:
+    """The overrides that are not paths (the settings a run is compared on)."""
+    return [o for o in overrides if "/" not in o.split("=", 1)[1]]
+
+
+def _key(run: dict[str, Any]) -> tuple[Any, ...]:
+    """What makes two runs the same measurement: seed, rate, warm start and settings (less the seed's own)."""
+    settings = [o for o in run.get("settings", []) if "seed=" not in o]
+    return (run["seed"], run.get("lr"), json.dumps(run.get("warm_start"), sort_keys=True), json.dumps(settings))
+
+
+def _held_out_curve(steps: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """Held-out success at every validation: ``[{"step", "success"}]`` (step 0 is before training)."""
+    from longcat_plugins.runtime.tool_warmstart import HELD_OUT_METRIC
+
+    return [{"step": s["step"], "success": float(s[HELD_OUT_METRIC])} for s in steps if HELD_OUT_METRIC in s]
 
 
 def _probe_trained(checkpoints: Path, val: Path) -> dict[str, Any] | None:

@@ -9,7 +9,9 @@
 verl's validation rollout on the CPU runtime, sampling at temperature 1, seed ``rollout.seed``),
 with the warm start's own prompt and turn budgets, and scored by the episode's rubric
 (a pass is reward >= 1). Per run: s_with and s_without per task and on average, how many tasks
-the default thresholds keep, and the wall time. Writes ``{"runs": [...]}``.
+the default thresholds keep, and the wall time. Writes ``{"runs": [...]}``; ``--append`` adds
+the new runs after the file's (a repeat of the same seed and model is a new sample, never a
+replacement: the rollout is not bitwise reproducible across runs, and each record names its model).
 """
 
 from __future__ import annotations
@@ -89,7 +91,7 @@ def main() -> None:
         work = Path(tempfile.mkdtemp(prefix="longcat-toolsel-"))
         r = run(args.warm, args.tasks, args.n, seed, work)
         shutil.rmtree(work, ignore_errors=True)
-        runs = [x for x in runs if x["seed"] != seed] + [r]
+        runs = [*runs, r]
         print(
             f"seed {seed}: s_with {r['s_with_mean']:.3f}, s_without {r['s_without_mean']:.3f}, "
             f"kept {r['kept']}/{r['tasks']} ({r['wall_s']} s)",

@@ -275,16 +275,6 @@ def legacy_cpu_run(
         shutil.rmtree(ray_dir, ignore_errors=True)
 
 
-#: fp32 training for the long-context e2e runs (tool and code agents, 2-4K-token prompts): verl's
-#: FSDP engine autocasts to bf16 by default, which a CPU computes ~6x slower than fp32 (a tiny
-#: model's forward+backward on 2 x 4,608 tokens: 9.2 s bf16, 1.6 s fp32; the agent test's update
-#: 40 s -> 11 s). Precision is not what these tests check; the recipes keep verl's default.
-FP32_TRAINING = tuple(
-    f"+actor_rollout_ref.{role}.fsdp_config.mixed_precision={{param_dtype:fp32,reduce_dtype:fp32,buffer_dtype:fp32}}"
-    for role in ("actor", "ref")
-)
-
-
 #: a deliberately short SFT for tests: the warm-start machinery, not its accuracy band
 TEST_SFT_STEPS = 3
 

@@ -7,10 +7,9 @@ import math
 from pathlib import Path
 
 import pytest
-from conftest import FP32_TRAINING
 
 from longcat_plugins.runtime.assets import Assets
-from longcat_plugins.runtime.launch import resolve_config, run_training
+from longcat_plugins.runtime.launch import FP32_TRAINING, resolve_config, run_training
 
 
 @pytest.mark.slow

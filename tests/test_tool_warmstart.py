@@ -32,6 +32,9 @@ def test_warm_overrides_compose_and_validate_with_the_tool_agent_recipe(tmp_path
     )  # the SFT distribution: clean, one segment
     assert cfg.actor_rollout_ref.model.path == str(warm.model) and cfg.data.val_files == str(warm.val)
     assert cfg.trainer.val_before_train is True and cfg.trainer.test_freq == 2
+    assert loop.format_weight == 0  # the rubric alone is the reward
+    for role in (cfg.actor_rollout_ref.actor, cfg.actor_rollout_ref.ref):  # fp32, as the warm start was trained
+        assert role.fsdp_config.mixed_precision.param_dtype == "fp32"
     problems, _ = validate_config(cfg)
     assert problems == []
 
@@ -203,3 +206,40 @@ def test_copy_probe_marks_the_values_a_call_copies_from_the_user_and_from_a_tool
     row = {"input_ids": torch.tensor(ids), "loss_mask": torch.tensor(mask), "messages": messages}
     marks = copy_marks(row, {10: "555-1", 11: "CUS-0003", 12: "CUS-0009"})
     assert marks == {"copy_user": [6], "copy_tool": [12], "first": [5, 6, 7], "asst": [5, 6, 7, 11, 12, 13, 14]}
+
+
+def test_tool_rl_bench_unties_a_copy_with_the_same_function_and_keys_runs_by_settings(tmp_path: Path) -> None:
+    """bench_learning_tool_agent.py --untie: the copy's output layer is its own parameter, equal to
+    the embedding, so the copy computes the same logits; runs of other settings are kept apart."""
+    import sys
+
+    import torch
+    from transformers import AutoModelForCausalLM
+
+    from longcat_plugins.runtime.assets import build_model, build_tokenizer
+
+    sys.path.insert(0, str(REPO / "bench"))
+    try:
+        from bench_learning_tool_agent import _key, _untied_copy
+    finally:
+        sys.path.remove(str(REPO / "bench"))
+    tied = tmp_path / "model"
+    tied.mkdir()
+    build_tokenizer(tied, 0, 300)
+    build_model(tied, "tiny", 0, tie_embeddings=True)
+    untied = _untied_copy(tied)
+    assert untied == tmp_path / "model-untied" and not (tmp_path / "model-untied.tmp").exists()
+    a, b = AutoModelForCausalLM.from_pretrained(tied), AutoModelForCausalLM.from_pretrained(untied)
+    assert b.config.tie_word_embeddings is False
+    assert b.lm_head.weight.data_ptr() != b.model.embed_tokens.weight.data_ptr()
+    assert torch.equal(b.lm_head.weight, a.model.embed_tokens.weight)
+    x = torch.randint(0, 300, (2, 12))
+    assert torch.equal(a(x).logits, b(x).logits)
+    assert _untied_copy(tied) == untied  # built once
+    with pytest.raises(SystemExit, match="already untied"):
+        _untied_copy(untied)
+
+    run = {"seed": 0, "lr": 3e-4, "warm_start": {"plan": 1}, "settings": ["data.seed=0", "x=1"]}
+    assert _key(run) == _key({**run, "settings": ["data.seed=5", "x=1"]})  # the seed's own keys aside
+    assert _key(run) != _key({**run, "settings": ["data.seed=0", "x=2"]})
+    assert _key(run) != _key({**run, "lr": 1e-3})
