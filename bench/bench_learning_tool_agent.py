@@ -45,6 +45,8 @@ CURVE_KEYS = {
     "reward": "critic/score/mean",
     "success": "reward_extra_info/env_success/mean",
     "tool_calls": "reward_extra_info/env_tool_calls/mean",
+    "step_s": "timing_s/step",
+    "update_s": "timing_s/update_actor",
 }
 
 
