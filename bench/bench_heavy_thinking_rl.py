@@ -16,8 +16,9 @@ checkpoint at the last step only:
 
 Each run writes its row to ``--out`` (``{"runs": [...]}``: label, recipe, seed, steps, training
 wall-clock = the sum of verl's ``timing_s/step``, verl's greedy validation before and after (for
-``heavy_rl`` that is the final answer of greedy heavy thinking), the per-step mean training reward,
-and ``checkpoint``, the HF export's path under ``--work``). One run per command keeps each under the
+``heavy_rl`` that is the final answer of greedy heavy thinking), the per-step mean training reward
+(``heavy_rl``: also of its summaries and of its parallel trajectories apart, from verl's rollout
+dumps), and ``checkpoint``, the HF export's path under ``--work``). One run per command keeps each under the
 machine's 12-minute cap:
 
     .venv/bin/python bench/bench_heavy_thinking_rl.py --recipe heavy_rl --steps 20 [--seed 0]
@@ -61,6 +62,20 @@ RECIPES: dict[str, tuple[str, list[str]]] = {
 }
 
 
+def stage_rewards(dumps: Path, k: int = K) -> dict[str, list[float]]:
+    """Per training step, the mean reward of the summaries and of the parallel trajectories, from
+    verl's rollout dumps (``trainer.rollout_data_dir``: one ``<step>.jsonl``, a row per output,
+    ``uid`` = ``{prompt uid}_{session}_{output index}``; index ``k`` is the summary)."""
+    out: dict[str, list[float]] = {"summary_reward": [], "parallel_reward": []}
+    for dump in sorted(dumps.glob("*.jsonl"), key=lambda p: int(p.stem)):
+        rows = [json.loads(line) for line in dump.read_text().splitlines() if line.strip()]
+        summary = [r["score"] for r in rows if int(r["uid"].rsplit("_", 1)[1]) == k]
+        parallel = [r["score"] for r in rows if int(r["uid"].rsplit("_", 1)[1]) < k]
+        out["summary_reward"].append(round(sum(summary) / max(len(summary), 1), 4))
+        out["parallel_reward"].append(round(sum(parallel) / max(len(parallel), 1), 4))
+    return out
+
+
 def train(recipe: str, steps: int, seed: int, work: Path) -> dict:
     """One run from the warm start; its row, with the HF export's path."""
     from longcat_plugins.runtime.demos import prepare_demo
@@ -88,6 +103,7 @@ def train(recipe: str, steps: int, seed: int, work: Path) -> dict:
                 *SCHEDULE,
                 *FP32_TRAINING,
                 *extra,
+                *([f"trainer.rollout_data_dir={run_dir / 'rollouts'}"] if recipe == "heavy_rl" else []),
             ],
             run_dir,
         )
@@ -100,7 +116,6 @@ def train(recipe: str, steps: int, seed: int, work: Path) -> dict:
     checkpoint = final_checkpoint(result.checkpoints)
     if checkpoint is None or len(vals) < 2:
         raise RuntimeError(f"{recipe}/seed {seed}: no HF export or fewer than two validations; see {result.log}")
-    heavy = {k: [r[k] for r in records if k in r] for k in ("heavy_final_acc/mean", "heavy_parallel_acc/mean")}
     return {
         "label": recipe,
         "recipe": config,
@@ -110,7 +125,7 @@ def train(recipe: str, steps: int, seed: int, work: Path) -> dict:
         "val_before": vals[0],
         "val_after": vals[-1],
         "train_reward": [round(r["critic/score/mean"], 4) for r in records if "critic/score/mean" in r],
-        **{k.split("/")[0]: [round(v, 4) for v in vs] for k, vs in heavy.items() if vs},
+        **(stage_rewards(run_dir / "rollouts") if recipe == "heavy_rl" else {}),
         "overrides": [*SCHEDULE, *FP32_TRAINING, *extra],
         "checkpoint": str(checkpoint),
     }
