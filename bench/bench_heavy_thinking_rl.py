@@ -10,8 +10,9 @@ checkpoint at the last step only:
 
 - ``heavy_rl``: ``configs/heavy_thinking_cpu.yaml`` (K = 2, one round, ``longcat_grpo``): every
   session is K = 2 trajectories plus a summary over their answers, each a training row with the
-  reward of its own response (the summary's is the final answer's). ``ppo_mini_batch_size`` is
-  16 x (K + 1) so that, as in ``grpo``, a step is one optimizer update over all its rows;
+  reward of its own response (the summary's is the final answer's). A step is 16 x 8 x (K + 1) =
+  384 rows, and verl's mini-batch is ``ppo_mini_batch_size`` x n = 128 rows (verl refuses a
+  ``ppo_mini_batch_size`` above ``train_batch_size``), so a step is K + 1 = 3 optimizer updates;
 - ``grpo``: ``configs/cpu_demo.yaml``, the learning bench's ``vanilla`` row (verl's ``grpo``).
 
 Each run writes its row to ``--out`` (``{"runs": [...]}``: label, recipe, seed, steps, training
@@ -47,16 +48,11 @@ except ImportError:  # older checkouts: the same overrides
 
 #: heavy_thinking_cpu.yaml's width
 K = 2
-#: the warm-started demo's prompts per step
-PROMPTS = 16
 #: label -> (recipe, overrides on the warm-started demo's)
 RECIPES: dict[str, tuple[str, list[str]]] = {
     "heavy_rl": (
         "heavy_thinking_cpu",
-        [
-            f"longcat.settings.environment.longcat_heavy_thinking.k={K}",
-            f"actor_rollout_ref.actor.ppo_mini_batch_size={PROMPTS * (K + 1)}",
-        ],
+        [f"longcat.settings.environment.longcat_heavy_thinking.k={K}"],
     ),
     "grpo": ("cpu_demo", []),
 }
