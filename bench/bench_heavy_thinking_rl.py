@@ -13,13 +13,15 @@ checkpoint at the last step only:
   reward of its own response (the summary's is the final answer's). A step is 16 x 8 x (K + 1) =
   384 rows, and verl's mini-batch is ``ppo_mini_batch_size`` x n = 128 rows (verl refuses a
   ``ppo_mini_batch_size`` above ``train_batch_size``), so a step is K + 1 = 3 optimizer updates;
-- ``grpo``: ``configs/cpu_demo.yaml``, the learning bench's ``vanilla`` row (verl's ``grpo``).
+- ``grpo``: ``configs/cpu_demo.yaml``, the learning bench's ``vanilla`` row (verl's ``grpo``);
+- ``heavy_summary``: ``heavy_rl`` with ``train_parallel: false``: only the summaries train (128
+  rows, one update a step); the candidates come from the same, otherwise untrained, policy.
 
 Each run writes its row to ``--out`` (``{"runs": [...]}``: label, recipe, seed, steps, training
 wall-clock = the sum of verl's ``timing_s/step``, verl's greedy validation before and after (for
 ``heavy_rl`` that is the final answer of greedy heavy thinking), the per-step mean training reward
-(``heavy_rl``: also of its summaries and of its parallel trajectories apart, from verl's rollout
-dumps), and ``checkpoint``, the HF export's path under ``--work``). One run per command keeps each under the
+(``heavy_rl``: also of its summaries and of its parallel trajectories apart, and the share of
+summaries that repeat one of their candidates verbatim, from verl's rollout dumps), and ``checkpoint``, the HF export's path under ``--work``). One run per command keeps each under the
 machine's 12-minute cap:
 
     .venv/bin/python bench/bench_heavy_thinking_rl.py --recipe heavy_rl --steps 20 [--seed 0]
@@ -32,6 +34,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import re
 import shutil
 import tempfile
 from pathlib import Path
@@ -48,6 +51,8 @@ except ImportError:  # older checkouts: the same overrides
 
 #: heavy_thinking_cpu.yaml's width
 K = 2
+#: one candidate line of the summary prompt (``answers_block``: ``(n) answer``)
+CANDIDATE = re.compile(r"^\(\d+\) (.*)$", re.MULTILINE)
 #: label -> (recipe, overrides on the warm-started demo's)
 RECIPES: dict[str, tuple[str, list[str]]] = {
     "heavy_rl": (
@@ -55,6 +60,14 @@ RECIPES: dict[str, tuple[str, list[str]]] = {
         [f"longcat.settings.environment.longcat_heavy_thinking.k={K}"],
     ),
     "grpo": ("cpu_demo", []),
+    # the summary stage alone: the loop returns only the summary, so every row is a summary
+    "heavy_summary": (
+        "heavy_thinking_cpu",
+        [
+            f"longcat.settings.environment.longcat_heavy_thinking.k={K}",
+            "longcat.settings.environment.longcat_heavy_thinking.train_parallel=false",
+        ],
+    ),
 }
 
 
@@ -62,13 +75,16 @@ def stage_rewards(dumps: Path, k: int = K) -> dict[str, list[float]]:
     """Per training step, the mean reward of the summaries and of the parallel trajectories, from
     verl's rollout dumps (``trainer.rollout_data_dir``: one ``<step>.jsonl``, a row per output,
     ``uid`` = ``{prompt uid}_{session}_{output index}``; index ``k`` is the summary)."""
-    out: dict[str, list[float]] = {"summary_reward": [], "parallel_reward": []}
+    out: dict[str, list[float]] = {"summary_reward": [], "parallel_reward": [], "summary_copies": []}
     for dump in sorted(dumps.glob("*.jsonl"), key=lambda p: int(p.stem)):
         rows = [json.loads(line) for line in dump.read_text().splitlines() if line.strip()]
-        summary = [r["score"] for r in rows if int(r["uid"].rsplit("_", 1)[1]) == k]
+        summary = [r for r in rows if int(r["uid"].rsplit("_", 1)[1]) == k]
         parallel = [r["score"] for r in rows if int(r["uid"].rsplit("_", 1)[1]) < k]
-        out["summary_reward"].append(round(sum(summary) / max(len(summary), 1), 4))
+        out["summary_reward"].append(round(sum(r["score"] for r in summary) / max(len(summary), 1), 4))
         out["parallel_reward"].append(round(sum(parallel) / max(len(parallel), 1), 4))
+        # the share of summaries that answer with one of their candidates' answers, verbatim
+        copies = [r["output"].strip() in {c.strip() for c in CANDIDATE.findall(r["input"])} for r in summary]
+        out["summary_copies"].append(round(sum(copies) / max(len(copies), 1), 4))
     return out
 
 
