@@ -21,7 +21,8 @@ Each run writes its row to ``--out`` (``{"runs": [...]}``: label, recipe, seed, 
 wall-clock = the sum of verl's ``timing_s/step``, verl's greedy validation before and after (for
 ``heavy_rl`` that is the final answer of greedy heavy thinking), the per-step mean training reward
 (``heavy_rl``: also of its summaries and of its parallel trajectories apart, and the share of
-summaries that repeat one of their candidates verbatim, from verl's rollout dumps), and ``checkpoint``, the HF export's path under ``--work``). One run per command keeps each under the
+summaries that repeat one of their candidates verbatim, from verl's rollout dumps), and
+``checkpoint``, the HF export's path under ``--work``). One run per command keeps each under the
 machine's 12-minute cap:
 
     .venv/bin/python bench/bench_heavy_thinking_rl.py --recipe heavy_rl --steps 20 [--seed 0]
@@ -43,7 +44,7 @@ from bench_learning import SCHEDULE, final_checkpoint
 
 try:
     from longcat_plugins.runtime.launch import FP32_TRAINING
-except ImportError:  # older checkouts: the same overrides
+except ImportError:  # a checkout without launch.FP32_TRAINING: the same overrides
     FP32_TRAINING = tuple(
         f"+actor_rollout_ref.{role}.fsdp_config.mixed_precision={{param_dtype:fp32,reduce_dtype:fp32,buffer_dtype:fp32}}"
         for role in ("actor", "ref")
