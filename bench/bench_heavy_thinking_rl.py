@@ -66,7 +66,7 @@ RECIPES: dict[str, tuple[str, list[str]]] = {
         "heavy_thinking_cpu",
         [
             f"longcat.settings.environment.longcat_heavy_thinking.k={K}",
-            "longcat.settings.environment.longcat_heavy_thinking.train_parallel=false",
+            "+longcat.settings.environment.longcat_heavy_thinking.train_parallel=false",
         ],
     ),
 }
