@@ -1,8 +1,9 @@
 """Heavy thinking vs plain sampling at equal generated tokens, on the warm start's held-out questions.
 
-The default warm start (:func:`longcat_plugins.runtime.warmstart.ensure_warm_start`: the tiny
-model SFT-ed on ``What is a+b-c?``, 64 held-out questions) answers every question in three modes,
-in-process with plain transformers ``generate`` (sampled at temperature 1, like the rollout):
+A model (``--model``, an HF checkpoint directory; default: the warm start,
+:func:`longcat_plugins.runtime.warmstart.ensure_warm_start`, the tiny model SFT-ed on
+``What is a+b-c?``) answers the warm start's 64 held-out questions in three modes, in-process
+with plain transformers ``generate`` (sampled at temperature 1, like the rollout):
 
 - ``sampling``, ``k`` = 1: one sample per question; pass@1 = share of exact answers;
 - ``sampling``, ``k`` = K+1: K+1 samples per question and the majority answer
@@ -13,9 +14,19 @@ in-process with plain transformers ``generate`` (sampled at temperature 1, like 
 
 Exact match is the learning bench's reward (``arithmetic_exact``). ``generated_tokens`` is the
 total of new tokens over the 64 questions (up to and including the end token), every stage counted.
+``form`` is the share of final answers in the credited ``The answer is N.`` form (any N), and
+``candidate_pass_at_1`` (k > 1) the mean exact match of the k samples or of the K trajectories the
+answer was chosen from (what the majority vote or the summary had to work with).
 
-    .venv/bin/python bench/bench_heavy_thinking.py [--seeds 0,1,2] [--widths 2,4]
-        [--out bench/results/heavy_thinking.json] [--append]
+Each record names its ``model`` (``--label``; default ``warm`` for the warm start, else the
+checkpoint's run directory name, see :func:`model_label`) and ``model_path``. ``--append`` keeps the
+rows already in ``--out`` and replaces only those with the same (model, mode, k, seed); rows without
+a ``model`` predate the field and were measured on the warm start.
+
+    .venv/bin/python bench/bench_heavy_thinking.py [--model DIR [--label NAME]] [--seeds 0,1,2]
+        [--widths 2,4] [--out bench/results/heavy_thinking.json] [--append]
+
+The RL checkpoints are trained by ``bench/bench_heavy_thinking_rl.py``.
 """
 
 from __future__ import annotations
@@ -29,6 +40,31 @@ from typing import Any
 
 MAX_NEW_TOKENS = 12  # the learning bench's response length (data.max_response_length)
 ANSWER_MAX_CHARS = 40  # heavy_thinking_cpu.yaml's answer cut
+#: the label of rows measured on the default warm start (and of rows without a ``model``)
+WARM_LABEL = "warm"
+#: path parts of a verl checkpoint export that say nothing about which run it is
+_EXPORT_PARTS = ("huggingface", "actor", "checkpoints")
+
+
+def model_label(path: Path) -> str:
+    """A short name for a checkpoint: the first directory up from ``path`` that is not part of
+    verl's export layout (``<run>/checkpoints/global_step_N/actor/huggingface`` -> ``<run>``)."""
+    for part in reversed(path.resolve().parts):
+        if part not in _EXPORT_PARTS and not part.startswith("global_step_"):
+            return part
+    raise ValueError(f"--model: cannot name {path}; give --label")
+
+
+def row_key(row: dict) -> tuple[str, str, int, int]:
+    """What one row measures: (model, mode, k, seed); a row without ``model`` is a warm-start row."""
+    return (row.get("model", WARM_LABEL), row["mode"], row["k"], row["seed"])
+
+
+def merge_runs(old: list[dict], new: list[dict]) -> list[dict]:
+    """``old`` with the rows of ``new`` added, each replacing the old row with its key; sorted."""
+    replaced = {row_key(r) for r in new}
+    runs = [r for r in old if row_key(r) not in replaced] + list(new)
+    return sorted(runs, key=row_key)
 
 
 class _Gen:
@@ -90,35 +126,41 @@ def run_mode(
     import torch
 
     from longcat_plugins.environments.heavy_thinking import HeavyThinkingSettings, heavy_think, majority_answer
-    from longcat_plugins.rewards.arithmetic import compute_exact_score
+    from longcat_plugins.rewards.arithmetic import compute_exact_score, exact_answer
 
     torch.manual_seed(seed)
     gen = BatchedGenerator(model, tokenizer)
     settings = HeavyThinkingSettings(k=k, answer_max_chars=ANSWER_MAX_CHARS)
 
-    async def one(question: str) -> str:
+    async def one(question: str) -> tuple[str, list[str]]:
+        """The final answer to ``question`` and the candidates it was chosen from."""
         messages = [{"role": "user", "content": question}]
         if mode == "heavy_thinking":
             trace = await heavy_think(messages, gen.generate, settings, MAX_NEW_TOKENS, MAX_NEW_TOKENS)
-            return trace.final
+            return trace.final, [g.text for g in trace.rounds[-1].parallel]
         samples = await asyncio.gather(*(gen.generate(messages, MAX_NEW_TOKENS, f"s{i}") for i in range(k)))
-        return samples[majority_answer([s.text for s in samples])].text
+        return samples[majority_answer([s.text for s in samples])].text, [s.text for s in samples]
 
-    async def all_questions() -> list[str]:
+    async def all_questions() -> list[tuple[str, list[str]]]:
         return list(await asyncio.gather(*(one(q) for q in questions)))
 
     start = time.monotonic()
-    finals = asyncio.run(all_questions())
-    correct = [compute_exact_score("", f, a)["score"] for f, a in zip(finals, answers, strict=True)]
-    return {
+    got = asyncio.run(all_questions())
+    correct = [compute_exact_score("", f, a)["score"] for (f, _), a in zip(got, answers, strict=True)]
+    record = {
         "mode": mode,
         "k": k,
         "seed": seed,
         "generated_tokens": gen.tokens,
         "pass_at_1": sum(correct) / len(correct),
+        "form": sum(exact_answer(f) is not None for f, _ in got) / len(got),
         "n_questions": len(questions),
         "wall_s": round(time.monotonic() - start, 2),
     }
+    if k > 1:
+        hits = [compute_exact_score("", c, a)["score"] for (_, cs), a in zip(got, answers, strict=True) for c in cs]
+        record["candidate_pass_at_1"] = sum(hits) / len(hits)
+    return record
 
 
 def main() -> None:
@@ -127,29 +169,39 @@ def main() -> None:
     parser.add_argument("--widths", default="2,4", help="heavy-thinking widths K (sampling runs k=1 and k=K+1)")
     parser.add_argument("--out", type=Path, default=Path(__file__).resolve().parent / "results" / "heavy_thinking.json")
     parser.add_argument("--append", action="store_true", help="add to the runs already in --out")
+    parser.add_argument("--model", type=Path, help="an HF checkpoint directory (default: the warm start)")
+    parser.add_argument("--label", help="the rows' model name (default: warm, or the checkpoint's run directory)")
     args = parser.parse_args()
+    if args.model is not None and not (args.model / "config.json").is_file():
+        parser.error(f"--model: {args.model} is not an HF checkpoint directory (no config.json)")
 
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
     from longcat_plugins.runtime.warmstart import _questions, ensure_warm_start
 
     built = ensure_warm_start()
-    tokenizer = AutoTokenizer.from_pretrained(built.model)
+    path = args.model.resolve() if args.model is not None else built.model
+    label = args.label or (WARM_LABEL if args.model is None else model_label(args.model))
+    tokenizer = AutoTokenizer.from_pretrained(path)
     tokenizer.padding_side = "left"
-    model = AutoModelForCausalLM.from_pretrained(built.model, attn_implementation="sdpa").eval()
+    model = AutoModelForCausalLM.from_pretrained(path, attn_implementation="sdpa").eval()
     questions, answers = _questions(built.val)
 
-    runs = json.loads(args.out.read_text())["runs"] if args.append and args.out.exists() else []
+    old = json.loads(args.out.read_text())["runs"] if args.append and args.out.exists() else []
     widths = [int(w) for w in args.widths.split(",")]
     plan = [("sampling", 1)] + [m for w in widths for m in (("sampling", w + 1), ("heavy_thinking", w))]
+    new = []
     for seed in (int(s) for s in args.seeds.split(",")):
         for mode, k in plan:
-            record = run_mode(model, tokenizer, questions, answers, mode, k, seed)
-            runs = [r for r in runs if (r["mode"], r["k"], r["seed"]) != (mode, k, seed)] + [record]
+            record = {
+                "model": label,
+                "model_path": str(path),
+                **run_mode(model, tokenizer, questions, answers, mode, k, seed),
+            }
+            new.append(record)
             print(json.dumps(record), flush=True)
     args.out.parent.mkdir(parents=True, exist_ok=True)
-    runs.sort(key=lambda r: (r["mode"], r["k"], r["seed"]))
-    args.out.write_text(json.dumps({"runs": runs}, indent=2) + "\n")
+    args.out.write_text(json.dumps({"runs": merge_runs(old, new)}, indent=2) + "\n")
 
 
 if __name__ == "__main__":

@@ -294,3 +294,52 @@ def test_v1_grpo_with_parallel_outputs_is_refused(tokenizer: Any) -> None:
 def test_a_summary_prompt_over_the_prompt_length_names_the_keys(tokenizer: Any) -> None:
     with pytest.raises(ValueError, match="data.max_prompt_length=20.*answer_max_chars"):
         _run(tokenizer, _server(tokenizer), HeavyThinkingSettings(k=2), prompt_length=20)
+
+
+def _bench_heavy_thinking() -> Any:
+    import sys
+    from pathlib import Path
+
+    bench = str(Path(__file__).resolve().parents[1] / "bench")
+    sys.path.insert(0, bench)
+    try:
+        import bench_heavy_thinking
+    finally:
+        sys.path.remove(bench)
+    return bench_heavy_thinking
+
+
+def test_bench_append_replaces_only_rows_of_the_same_model_mode_k_and_seed(tmp_path: Any) -> None:
+    """``bench_heavy_thinking.py --model ... --append`` keeps the other models' rows; rows from
+    before the ``model`` field are the warm start's; a checkpoint is named by its run directory."""
+    bench = _bench_heavy_thinking()
+    legacy = {"mode": "sampling", "k": 1, "seed": 0, "pass_at_1": 0.25}  # no "model": the warm start
+    warm_hts = {"mode": "heavy_thinking", "k": 2, "seed": 0, "pass_at_1": 0.05}
+    trained = {"model": "heavy_rl-seed0-s20", "mode": "sampling", "k": 1, "seed": 0, "pass_at_1": 0.5}
+    runs = bench.merge_runs([legacy, warm_hts], [trained])
+    assert sorted(r["pass_at_1"] for r in runs) == [0.05, 0.25, 0.5]  # another model: nothing replaced
+    again = {**trained, "pass_at_1": 0.75}
+    runs = bench.merge_runs(runs, [again])
+    assert sorted(r["pass_at_1"] for r in runs) == [0.05, 0.25, 0.75]  # same key: replaced
+    fresh_warm = {"model": "warm", "mode": "sampling", "k": 1, "seed": 0, "pass_at_1": 0.3}
+    runs = bench.merge_runs(runs, [fresh_warm])
+    assert sorted(r["pass_at_1"] for r in runs) == [0.05, 0.3, 0.75]  # the legacy row was the warm start's
+    other_seed = {**fresh_warm, "seed": 1}
+    assert len(bench.merge_runs(runs, [other_seed])) == 4
+    export = tmp_path / "heavy_rl-seed0-s20" / "checkpoints" / "global_step_20" / "actor" / "huggingface"
+    assert bench.model_label(export) == "heavy_rl-seed0-s20"
+    assert bench.model_label(tmp_path / "my-model") == "my-model"
+
+
+def test_bench_model_that_is_not_a_checkpoint_exits_2_naming_the_option(tmp_path: Any) -> None:
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    script = Path(__file__).resolve().parents[1] / "bench" / "bench_heavy_thinking.py"
+    out = tmp_path / "out.json"
+    proc = subprocess.run(
+        [sys.executable, str(script), "--model", str(tmp_path), "--out", str(out)], capture_output=True, text=True
+    )
+    assert proc.returncode == 2 and "--model" in proc.stderr and "config.json" in proc.stderr, proc.stderr
+    assert not out.exists()
