@@ -42,13 +42,7 @@ from pathlib import Path
 
 from bench_learning import SCHEDULE, final_checkpoint
 
-try:
-    from longcat_plugins.runtime.launch import FP32_TRAINING
-except ImportError:  # a checkout without launch.FP32_TRAINING: the same overrides
-    FP32_TRAINING = tuple(
-        f"+actor_rollout_ref.{role}.fsdp_config.mixed_precision={{param_dtype:fp32,reduce_dtype:fp32,buffer_dtype:fp32}}"
-        for role in ("actor", "ref")
-    )
+from longcat_plugins.runtime.launch import FP32_TRAINING
 
 #: heavy_thinking_cpu.yaml's width
 K = 2
