@@ -23,7 +23,9 @@ settings replaces its run), so a long bench can run one seed per invocation. ``-
 rate (default: the demo's), ``--test-freq`` validates every N steps as well (the curve's
 ``held_out`` points), ``--override`` adds verl overrides after the demo's (say
 ``data.train_batch_size=16``); each run records its own ``warm_start``, ``lr`` and ``settings``
-(every override that is not a path), so runs of different settings can share a file. ``--untie``
+(every override that is not a path), so runs of different settings can share a file. ``--train-rows N`` trains on the warm start's
+first N training tasks only, every step (a diagnostic: does RL raise the reward on tasks it sees
+again and again, whatever it does held out). ``--untie``
 trains an untied copy of the warm start (the output layer a copy of the input embedding: the same
 function at step 0), so RL's output-side gradient no longer moves the embedding the copy reads.
 """
@@ -64,6 +66,7 @@ def main() -> None:
     parser.add_argument("--test-freq", type=int, default=None, help="validate every N steps too (default: last only)")
     parser.add_argument("--override", action="append", default=[], help="a verl override added after the demo's")
     parser.add_argument("--untie", action="store_true", help="train an untied copy of the warm start's embeddings")
+    parser.add_argument("--train-rows", type=int, default=0, help="train on the first N training tasks only")
     args = parser.parse_args()
 
     previous: list[dict[str, Any]] = []
@@ -99,8 +102,15 @@ def main() -> None:
     warm = ensure_tool_warm_start(cache, plan)
     build_s = time.perf_counter() - t0
     built = ensure_assets(cache)
-    model = _untied_copy(warm.model) if args.untie else warm.model
     work = args.work or Path(tempfile.mkdtemp(prefix="bench-toolwarm-"))
+    model = _untied_copy(warm.model) if args.untie else warm.model
+    train = warm.train
+    if args.train_rows:
+        import pandas as pd
+
+        work.mkdir(parents=True, exist_ok=True)
+        train = work / f"train-first-{args.train_rows}.parquet"
+        pd.read_parquet(warm.train).head(args.train_rows).to_parquet(train)
     runs: list[dict[str, Any]] = []
     for seed in args.seeds:
         demo = prepare_demo("tool_agent", built, args.steps, init="warm")
@@ -114,13 +124,15 @@ def main() -> None:
         # this warm start's model and data in place of the demo's (the loop settings are the same)
         paths = {
             "actor_rollout_ref.model.path=": model,
-            "data.train_files=": warm.train,
+            "data.train_files=": train,
             "data.val_files=": warm.val,
         }
         overrides = [next((f"{k}{v}" for k, v in paths.items() if o.startswith(k)), o) for o in overrides]
         if args.lr is not None:
             overrides = [o for o in overrides if not o.startswith("actor_rollout_ref.actor.optim.lr=")]
             overrides.append(f"actor_rollout_ref.actor.optim.lr={args.lr:g}")
+        if args.train_rows:  # the same few tasks every step, for as many steps as asked
+            overrides.append(f"trainer.total_epochs={args.steps}")
         overrides += args.override
         lr = next(float(o.split("=", 1)[1]) for o in overrides if o.startswith("actor_rollout_ref.actor.optim.lr="))
         # the trained policy as an HF checkpoint at the last step only (for the probe), else none
@@ -148,7 +160,9 @@ def main() -> None:
             "curve": curve,
             "held_out": _held_out_curve(result.steps),
             "lr": lr,
-            "settings": _settings(overrides) + (["untied_copy"] if args.untie else []),
+            "settings": _settings(overrides)
+            + (["untied_copy"] if args.untie else [])
+            + ([f"train_rows={args.train_rows}"] if args.train_rows else []),
             "warm_start": json.loads((warm.root / "warmstart.json").read_text()),
         }
         if args.probe:
