@@ -40,7 +40,7 @@ import shutil
 import tempfile
 from pathlib import Path
 
-from bench_learning import SCHEDULE, final_checkpoint
+from bench_learning import SCHEDULE, final_checkpoint, seeded_run
 
 from longcat_plugins.runtime.launch import FP32_TRAINING
 
@@ -100,11 +100,7 @@ def train(recipe: str, steps: int, seed: int, work: Path) -> dict:
             resolve_config(config),
             [
                 *demo.overrides,
-                "trainer.total_epochs=100",
-                f"trainer.test_freq={steps}",
-                f"data.seed={seed}",
-                f"actor_rollout_ref.actor.data_loader_seed={seed}",
-                f"actor_rollout_ref.rollout.seed={seed}",
+                *seeded_run(seed, steps),
                 "actor_rollout_ref.actor.checkpoint.save_contents=[hf_model]",
                 f"+ray_kwargs.ray_init._temp_dir={ray_tmp}",
                 *SCHEDULE,

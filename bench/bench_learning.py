@@ -80,6 +80,18 @@ def sampled_pass_at_k(model: Path, val: Path, n: int = 8, seed: int = 0) -> dict
     return {str(k): sum(pass_at_k(n, c, k) for c in counts) / len(counts) for k in KS if k <= n}
 
 
+def seeded_run(seed: int, test_freq: int) -> list[str]:
+    """The run seed (data order, data loader, sampling), validation every ``test_freq`` steps, and
+    epochs enough that ``trainer.total_training_steps`` is what stops the run."""
+    return [
+        "trainer.total_epochs=100",
+        f"trainer.test_freq={test_freq}",
+        f"data.seed={seed}",
+        f"actor_rollout_ref.actor.data_loader_seed={seed}",
+        f"actor_rollout_ref.rollout.seed={seed}",
+    ]
+
+
 def final_checkpoint(checkpoints: Path) -> Path | None:
     found = sorted(checkpoints.glob("global_step_*/actor/huggingface"), key=lambda p: int(p.parts[-3].split("_")[-1]))
     return found[-1] if found and any(found[-1].glob("*.safetensors")) else None
@@ -143,11 +155,7 @@ def run(
             resolve_config(TRAINERS[trainer][0]),
             [
                 *demo.overrides,
-                "trainer.total_epochs=100",
-                f"trainer.test_freq={test_freq}",
-                f"data.seed={seed}",
-                f"actor_rollout_ref.actor.data_loader_seed={seed}",
-                f"actor_rollout_ref.rollout.seed={seed}",
+                *seeded_run(seed, test_freq),
                 "actor_rollout_ref.actor.checkpoint.save_contents=[model,hf_model]",
                 f"+ray_kwargs.ray_init._temp_dir={ray_tmp}",
                 *SCHEDULES[schedule],

@@ -89,7 +89,7 @@ def main() -> None:
     from longcat_plugins.runtime.assets import default_cache_dir, ensure_assets
     from longcat_plugins.runtime.demos import prepare_demo
     from longcat_plugins.runtime.launch import resolve_config, run_training
-    from longcat_plugins.runtime.tool_warmstart import ensure_tool_warm_start, held_out_success
+    from longcat_plugins.runtime.tool_warmstart import ensure_tool_warm_start
 
     cache = args.cache_dir or default_cache_dir()
     plan = None
@@ -114,7 +114,7 @@ def main() -> None:
     runs: list[dict[str, Any]] = []
     for seed in args.seeds:
         demo = prepare_demo("tool_agent", built, args.steps, init="warm")
-        # no checkpoints; held-out validation before the first step and after the last only
+        # no checkpoints; held-out validation before the first step and after the last (and every --test-freq)
         overrides = [o for o in demo.overrides if not o.startswith(("trainer.save_freq=", "trainer.test_freq="))]
         overrides += [
             f"data.seed={seed}",
@@ -143,8 +143,8 @@ def main() -> None:
         wall = time.perf_counter() - start
         if result.returncode != 0:
             raise SystemExit(f"seed {seed}: training failed (exit {result.returncode}); log: {result.log}")
-        held = held_out_success(result.steps)
-        if held is None:
+        held_out = _held_out_curve(result.steps)
+        if len(held_out) < 2:
             raise SystemExit(f"seed {seed}: no held-out validation before and after training in {result.metrics}")
         curve = [
             {"step": s["step"], **{k: s[v] for k, v in CURVE_KEYS.items() if v in s}}
@@ -155,10 +155,10 @@ def main() -> None:
             "seed": seed,
             "steps": result.last_step,
             "wall_s": round(wall, 1),
-            "success_before": held[0],
-            "success_after": held[1],
+            "success_before": held_out[0]["success"],
+            "success_after": held_out[-1]["success"],
             "curve": curve,
-            "held_out": _held_out_curve(result.steps),
+            "held_out": held_out,
             "lr": lr,
             "settings": _settings(overrides)
             + (["untied_copy"] if args.untie else [])
@@ -168,7 +168,10 @@ def main() -> None:
         if args.probe:
             run["probe_after"] = _probe_trained(result.checkpoints, warm.val)
         runs.append(run)
-        print(f"seed {seed}: held-out success {held[0]:.1%} -> {held[1]:.1%} in {wall:.0f}s", flush=True)
+        print(
+            f"seed {seed}: held-out success {run['success_before']:.1%} -> {run['success_after']:.1%} in {wall:.0f}s",
+            flush=True,
+        )
     same = {_key(r) for r in runs}
     runs = [r for r in previous if _key(r) not in same] + runs
     meta = json.loads((warm.root / "warmstart.json").read_text())
