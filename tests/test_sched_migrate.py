@@ -414,6 +414,22 @@ def _death_mid_migration(tiny: Assets, victim: str, when: str, seed: int = 0) ->
     assert all(not r.inflight for r in lb.roller.replicas.values())
     assert all(n == 0 for n in lb._inflight_requests.values())
     moved = outs[2:]
+    restarts = [o.extra_fields["dora_restarts"] for o in outs]
+    # a restart is only ever caused by a call that met a death: none without one, at most one each
+    assert sum(restarts) <= sum(h.failed for h in handles.values())
+    if when == "random":
+        # the seeded death may come after some work is already finished (under load a move can
+        # complete on b, or a's requests end, before the kill): each request either restarted
+        # from the prompt or finished where it was, never both and never anything else
+        for o in moved:
+            restarted = o.extra_fields["dora_restarts"] == 1 and o.extra_fields["dora_migrated_tokens"] == 0
+            carried = o.extra_fields["dora_restarts"] == 0 and o.extra_fields["dora_migrations"] == 1
+            assert restarted or carried, o.extra_fields
+            assert restarted or o.extra_fields["dora_migrated_tokens"] > 0, o.extra_fields
+        assert all(r in (0, 1) for r in restarts)
+        if not handles[victim].failed:  # the death met no call: nothing restarted
+            assert not any(restarts)
+        return metrics
     if victim == "b" or when == "stop_reply":  # the moves' prefixes are lost: restarted from the prompt
         assert all(o.extra_fields["dora_restarts"] == 1 and o.extra_fields["dora_migrated_tokens"] == 0 for o in moved)
     if victim == "a" and when == "continuation":  # the moves carried their prefix to b
