@@ -11,9 +11,9 @@ and play the held-out tasks in-process (:func:`longcat_plugins.runtime.tool_prob
 
     .venv/bin/python bench/bench_tool_warm_starts.py --candidates tiny:400:400 [--append]
 
-A candidate is ``size:sft_steps:train_envs[:sp][:te][:rvN][:vpN][:hdN]`` (``sp``: ``space_tokens``; ``te``:
+A candidate is ``size:sft_steps:train_envs[:sp][:te][:rvN][:vpN][:hdN][:scF]`` (``sp``: ``space_tokens``; ``te``:
 ``tie_embeddings``; ``rvN``: ``revalued=N``; ``vpN``: ``value_pool=N``, one-token values; ``hdN``:
-``hidden_size=N``);
+``hidden_size=N``; ``scF``: ``shortcuts=F``, stop-early twins, e.g. ``sc1`` or ``sc0.5``);
 the other plan values are ``WarmStartPlan``'s defaults.
 ``build_s`` is the time of the (cached) build: near 0 when the candidate was already built.
 """
@@ -34,14 +34,21 @@ OUT = Path(__file__).resolve().parent / "results" / "tool_warm_starts.json"
 
 
 def parse_candidate(spec: str) -> WarmStartPlan:
-    """The plan a ``size:sft_steps:train_envs[:sp][:te][:rvN][:vpN][:hdN]`` candidate names."""
+    """The plan a ``size:sft_steps:train_envs[:sp][:te][:rvN][:vpN][:hdN][:scF]`` candidate names."""
     from longcat_plugins.runtime.tool_warmstart import WarmStartPlan
 
     size, steps, envs, *flags = spec.split(":")
-    unknown = [f for f in flags if f not in ("sp", "te") and not (f[:2] in ("rv", "vp", "hd") and f[2:].isdigit())]
+    unknown = [
+        f
+        for f in flags
+        if f not in ("sp", "te")
+        and not (f[:2] in ("rv", "vp", "hd") and f[2:].isdigit())
+        and not (f[:2] == "sc" and f[2:].replace(".", "", 1).isdigit())
+    ]
     if unknown:
-        raise SystemExit(f"--candidates: unknown flag(s) {unknown} in {spec!r} (known: sp, te, rvN, vpN, hdN)")
+        raise SystemExit(f"--candidates: unknown flag(s) {unknown} in {spec!r} (known: sp, te, rvN, vpN, hdN, scF)")
     numbers = {f[:2]: int(f[2:]) for f in flags if f[:2] in ("rv", "vp", "hd")}
+    shortcuts = [float(f[2:]) for f in flags if f[:2] == "sc"]
     return WarmStartPlan(
         size=size,
         sft_steps=int(steps),
@@ -51,6 +58,7 @@ def parse_candidate(spec: str) -> WarmStartPlan:
         value_pool=numbers.get("vp", 0),
         tie_embeddings="te" in flags,
         hidden_size=numbers.get("hd", 0),
+        shortcuts=shortcuts[0] if shortcuts else 0.0,
     )
 
 
@@ -85,7 +93,7 @@ def main() -> None:
     parser.add_argument(
         "--candidates",
         default="tiny:400:400",
-        help="comma-separated size:sft_steps:train_envs[:sp][:te][:rvN][:vpN][:hdN]",
+        help="comma-separated size:sft_steps:train_envs[:sp][:te][:rvN][:vpN][:hdN][:scF]",
     )
     parser.add_argument("--n", type=int, default=4, help="sampled episodes per task")
     parser.add_argument("--sampled-tasks", type=int, default=10)

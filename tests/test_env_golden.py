@@ -167,6 +167,42 @@ def test_revalued_rows_are_the_same_chains_about_fresh_values(golden: tuple[Path
     assert changed >= len(rows)  # most first calls state an id, code, email, phone or name
 
 
+def test_shortcut_twins_stop_after_the_lookup_and_the_rubric_never_credits_them(
+    golden: tuple[Path, list[dict[str, Any]], Any],
+) -> None:
+    """A stop-early twin is its row up to the first tool result, then "Done."; the share is kept
+    per unit (1.0: one twin for every row of two or more calls) and drawn per row below it,
+    deterministically; replayed through a fresh episode, the rubric fails every twin."""
+    from longcat_plugins.environments.episodes import open_episode
+    from longcat_plugins.runtime.tool_warmstart import SHORTCUT_ANSWER, shortcut_rows
+
+    root, rows, _ = golden
+    multi = [r for r in rows if sum(m["content"].startswith("<tool_call>") for m in r["messages"][2:]) >= 2]
+    assert multi, "the fixture needs chains of two calls"
+    twins = shortcut_rows(rows, 1.0, seed=0)
+    assert len(twins) == len(multi) and len(shortcut_rows(rows, 2.0, seed=0)) == 2 * len(multi)
+    assert shortcut_rows(rows, 0.0, seed=0) == []
+    half = shortcut_rows(rows, 0.5, seed=0)
+    assert half == shortcut_rows(rows, 0.5, seed=0) and 0 < len(half) < len(multi)
+    with pytest.raises(ValueError, match="shortcuts: must be >= 0"):
+        shortcut_rows(rows, -0.5, seed=0)
+    infos = {(str(i["env_path"]), str(i["task_id"])): i for i in task_infos(root / "envs" / "tasks.parquet")}
+    for twin, row in zip(twins, multi, strict=True):
+        cut = twin["messages"]
+        assert cut[:-1] == row["messages"][:4] and [m["role"] for m in cut] == [
+            "system",
+            "user",
+            "assistant",
+            "tool",
+            "assistant",
+        ]
+        assert cut[-1] == {"role": "assistant", "content": SHORTCUT_ANSWER}
+        episode = open_episode({**infos[(twin["env_path"], twin["task_id"])], "noise_level": 0})
+        call = json.loads(cut[2]["content"][len("<tool_call>") : -len("</tool_call>")])
+        assert episode.call_tool(call["name"], call["arguments"]).ok
+        assert not episode.evaluate(SHORTCUT_ANSWER).success, twin["task_id"]
+
+
 POOL = 200
 
 

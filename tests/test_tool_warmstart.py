@@ -179,6 +179,12 @@ def test_tied_embeddings_and_width_are_plan_fields_that_keep_the_older_keys(tmp_
     assert parse_candidate("tiny:2000:400:rv4:vp200").tie_embeddings is False
     with pytest.raises(SystemExit, match=r"unknown flag\(s\) \['tie'\]"):
         parse_candidate("tiny:2000:400:tie")
+    assert (
+        parse_candidate("tiny:4000:400:te:sc1").shortcuts == 1.0 and parse_candidate("tiny:1:1:sc0.5").shortcuts == 0.5
+    )
+    with pytest.raises(SystemExit, match=r"unknown flag\(s\) \['scx'\]"):
+        parse_candidate("tiny:2000:400:scx")
+    assert WarmStartPlan(shortcuts=0.0).key() == "3dd12334cb" != WarmStartPlan(shortcuts=1.0).key()
 
 
 def test_copy_probe_marks_the_values_a_call_copies_from_the_user_and_from_a_tool() -> None:

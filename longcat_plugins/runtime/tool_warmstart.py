@@ -106,14 +106,22 @@ class WarmStartPlan:
     #: Measured with bench/tool_copy_probe.py: at width 64 the copy of a one-token value stays at
     #: chance for 1,000 updates; at 128 it forms within them
     hidden_size: int = 0
+    #: > 0: for this share of the SFT rows (re-valued copies included) a *stop-early twin* is added:
+    #: the same trajectory cut after the first tool result and closed with "Done." as if the task
+    #: were finished (:func:`shortcut_rows`), which the rubric never credits. At the point after the
+    #: lookup the SFT data then say "act" and "stop" about equally often (share 1.0: once each), so
+    #: the warm start stops early on part of its tasks: the commonest flaw of a tool agent, one
+    #: decision the same for every task, which RL can unlearn from the rubric alone (GRPO on the
+    #: golden-only warm starts did not improve their copying: docs/learning.md)
+    shortcuts: float = 0.0
 
     def key(self) -> str:
         """A short digest of every field: a changed plan builds into its own cache directory
-        (``space_tokens``, ``revalued``, ``value_pool``, ``tie_embeddings`` and ``hidden_size`` count
-        only when set, so the plans measured before them keep their keys)."""
+        (``space_tokens``, ``revalued``, ``value_pool``, ``tie_embeddings``, ``hidden_size`` and
+        ``shortcuts`` count only when set, so the plans measured before them keep their keys)."""
         fields = asdict(self)
         optional = (("space_tokens", False), ("revalued", 0), ("value_pool", 0), ("tie_embeddings", False))
-        for name, default in (*optional, ("hidden_size", 0)):
+        for name, default in (*optional, ("hidden_size", 0), ("shortcuts", 0.0)):
             if fields[name] == default:
                 del fields[name]
         return hashlib.sha1(json.dumps(fields, sort_keys=True).encode()).hexdigest()[:10]
@@ -237,6 +245,7 @@ def prepare_data(tmp: Path, plan: WarmStartPlan) -> list[dict[str, Any]]:
     (tmp / "base").mkdir()
     build_tool_tokenizer(tmp / "base", rows, plan.seed, plan.vocab_size, plan.space_tokens, plan.value_pool)
     rows = rows + revalued_rows(rows, plan.revalued, plan.seed, plan.value_pool)
+    rows = rows + shortcut_rows(rows, plan.shortcuts, plan.seed)
     rows = fitting_rows(rows, tmp / "base", plan.sft_max_length)
     write_sft_parquet(rows, tmp / "sft.parquet")
     build_model(tmp / "base", plan.size, plan.seed, plan.tie_embeddings, plan.hidden_size)
@@ -306,6 +315,34 @@ def revalued_rows(rows: list[dict[str, Any]], copies: int, seed: int, pool: int 
                 for m in messages[1:]:
                     m["content"] = m["content"].replace(value, fresh)
             out.append({**row, "messages": messages})
+    return out
+
+
+#: what a stop-early twin answers after the lookup: a claim of completion with nothing done
+SHORTCUT_ANSWER = "Done."
+
+
+def shortcut_rows(rows: list[dict[str, Any]], share: float, seed: int) -> list[dict[str, Any]]:
+    """Stop-early twins of ``share`` of ``rows`` (the whole of each row once per unit of ``share``,
+    the fraction drawn per row, deterministic per ``seed``): the trajectory up to and including the
+    first tool result, then :data:`SHORTCUT_ANSWER`. Only rows with at least two calls get one (a
+    one-call chain that stops after its call is the golden chain). The rubric never credits a twin:
+    the task's action or its requested value is missing (``tests/test_tool_warmstart.py`` plays each)."""
+    if share < 0:
+        raise ValueError(f"shortcuts: must be >= 0, got {share}")
+    rng = random.Random(f"shortcut-{seed}")
+    out = []
+    for row in rows:
+        messages = list(row["messages"])
+        calls = [
+            i for i, m in enumerate(messages) if m["role"] == "assistant" and m["content"].startswith("<tool_call>")
+        ]
+        whole, fraction = divmod(share, 1.0)
+        twins = int(whole) + (rng.random() < fraction)
+        if len(calls) < 2 or messages[calls[0] + 1]["role"] != "tool":
+            continue
+        cut = [dict(m) for m in messages[: calls[0] + 2]] + [{"role": "assistant", "content": SHORTCUT_ANSWER}]
+        out.extend({**row, "messages": cut} for _ in range(twins))
     return out
 
 
