@@ -86,13 +86,13 @@ def main() -> None:
                 own = [o for o in _settings(old["config"]["overrides"]) if not o.startswith(lr_key)]
                 run["settings"] = [*own, f"{lr_key}{run['lr']:g}"] if run["lr"] is not None else own
 
-    from longcat_plugins.runtime.assets import default_cache_dir, ensure_assets
-    from longcat_plugins.runtime.demos import prepare_demo
+    from longcat_plugins.runtime.assets import default_cache_dir
+    from longcat_plugins.runtime.demos import tool_warm_demo
     from longcat_plugins.runtime.launch import resolve_config, run_training
-    from longcat_plugins.runtime.tool_warmstart import ensure_tool_warm_start
+    from longcat_plugins.runtime.tool_warmstart import demo_plan, ensure_tool_warm_start
 
     cache = args.cache_dir or default_cache_dir()
-    plan = None
+    plan = demo_plan("tiny")
     if args.plan:
         sys.path.insert(0, str(Path(__file__).resolve().parent))
         from bench_tool_warm_starts import parse_candidate
@@ -101,7 +101,6 @@ def main() -> None:
     t0 = time.perf_counter()
     warm = ensure_tool_warm_start(cache, plan)
     build_s = time.perf_counter() - t0
-    built = ensure_assets(cache)
     work = args.work or Path(tempfile.mkdtemp(prefix="bench-toolwarm-"))
     model = _untied_copy(warm.model) if args.untie else warm.model
     train = warm.train
@@ -113,7 +112,7 @@ def main() -> None:
         pd.read_parquet(warm.train).head(args.train_rows).to_parquet(train)
     runs: list[dict[str, Any]] = []
     for seed in args.seeds:
-        demo = prepare_demo("tool_agent", built, args.steps, init="warm")
+        demo = tool_warm_demo(warm, args.steps)
         # no checkpoints; held-out validation before the first step and after the last (and every --test-freq)
         overrides = [o for o in demo.overrides if not o.startswith(("trainer.save_freq=", "trainer.test_freq="))]
         overrides += [
@@ -121,12 +120,8 @@ def main() -> None:
             f"actor_rollout_ref.rollout.seed={seed}",
             f"trainer.test_freq={args.test_freq or args.steps}",
         ]
-        # this warm start's model and data in place of the demo's (the loop settings are the same)
-        paths = {
-            "actor_rollout_ref.model.path=": model,
-            "data.train_files=": train,
-            "data.val_files=": warm.val,
-        }
+        # the untied copy and the first --train-rows tasks in place of the warm start's own
+        paths = {"actor_rollout_ref.model.path=": model, "data.train_files=": train}
         overrides = [next((f"{k}{v}" for k, v in paths.items() if o.startswith(k)), o) for o in overrides]
         if args.lr is not None:
             overrides = [o for o in overrides if not o.startswith("actor_rollout_ref.actor.optim.lr=")]

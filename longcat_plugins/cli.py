@@ -14,7 +14,7 @@ from longcat_plugins import __version__
 from longcat_plugins.console import console, err_console, esc
 from longcat_plugins.host import Host, set_host
 from longcat_plugins.runtime.demos import RECIPES as DEMO_RECIPES
-from longcat_plugins.runtime.demos import WARM_DEMO_STEPS
+from longcat_plugins.runtime.demos import TOOL_WARM_DEMO_STEPS, WARM_DEMO_STEPS
 from longcat_plugins.selection import Selection
 
 
@@ -253,7 +253,7 @@ def assets(size: str, seed: int, cache_dir: str | None) -> None:
 
 
 @main.command(context_settings={"ignore_unknown_options": True})
-@click.option("--steps", type=int, help="GRPO steps to train (default: 12 on a warm start, else 5)")
+@click.option("--steps", type=int, help="GRPO steps to train (default: 12 on a warm start, 20 on tool_agent's, else 5)")
 @click.option("--size", type=click.Choice(["tiny", "small", "base"]), default="tiny", show_default=True)
 @click.option("--trainer", "trainer_kind", type=click.Choice(["v1", "legacy"]), default="v1", show_default=True)
 @click.option(
@@ -266,7 +266,7 @@ def assets(size: str, seed: int, cache_dir: str | None) -> None:
 @click.option(
     "--init",
     type=click.Choice(["warm", "random"]),
-    help="warm: start from an SFT warm start (arithmetic's and code_agent's default; tool_agent: experimental, see docs/environments.md); random: a random-init model",
+    help="warm: start from an SFT warm start (the default of arithmetic, tool_agent and code_agent; tool_agent's first run builds it, ~18 min); random: a random-init model",
 )
 @click.option("--out", type=click.Path(file_okay=False), help="run directory (default: ./outputs/demo-<time>)")
 @click.option("--cache-dir", type=click.Path(file_okay=False), help="where the tiny assets are built")
@@ -293,11 +293,13 @@ def demo(
             "[red]--recipe dora runs the v1 trainer (trainer.v1.trainer_mode=dora); drop --trainer legacy[/]"
         )
         sys.exit(2)
-    init = init or ("warm" if recipe in ("arithmetic", "code_agent") else "random")
+    init = init or ("warm" if recipe in ("arithmetic", "tool_agent", "code_agent") else "random")
     if init == "warm" and recipe not in ("arithmetic", "tool_agent", "code_agent"):
         err_console.print(f"[red]--init warm: recipe {recipe!r} has no warm start yet; use --init random[/]")
         sys.exit(2)
-    steps = steps if steps is not None else (WARM_DEMO_STEPS if init == "warm" else 5)
+    if steps is None:
+        warm_steps = TOOL_WARM_DEMO_STEPS if recipe == "tool_agent" else WARM_DEMO_STEPS
+        steps = warm_steps if init == "warm" else 5
     cache = Path(cache_dir) if cache_dir else None
     if init == "warm" and recipe == "arithmetic":
         from longcat_plugins.runtime.warmstart import ensure_warm_start
@@ -307,7 +309,10 @@ def demo(
     else:
         with console.status(f"building the {size} model, tokenizer and {recipe} data (once)"):
             built = ensure_assets(cache, size=size)
-    with console.status(f"preparing the {recipe} demo's data (once)"):
+    preparing = f"preparing the {recipe} demo's data (once)"
+    if init == "warm" and recipe == "tool_agent":
+        preparing = f"building the {size} tool-use warm start (once: environments, verl SFT; ~18 min on 2 cores)"
+    with console.status(preparing):
         prepared = prepare_demo(recipe, built, steps, init=init)
     demo_overrides = [*prepared.overrides, f"trainer.use_v1={'true' if trainer_kind == 'v1' else 'false'}"]
     result = _train(prepared.config, demo_overrides + list(overrides), out, steps)

@@ -39,6 +39,22 @@ def test_warm_overrides_compose_and_validate_with_the_tool_agent_recipe(tmp_path
     assert problems == []
 
 
+def test_the_tool_demo_starts_from_the_measured_plan_at_the_measured_rate(tmp_path: Path) -> None:
+    """``demo --recipe tool_agent`` (warm by default) builds exactly the plan its figures come from
+    (bench/results/learning_tool_agent.json, demo_tool_agent.json: the ``toolwarm-tiny-seed0-878f39544c``
+    warm start) and trains it at lr 3e-4 for 20 steps, validating every 4."""
+    from longcat_plugins.runtime.demos import TOOL_WARM_DEMO_STEPS, tool_warm_demo
+    from longcat_plugins.runtime.tool_warmstart import DEMO_PLAN, demo_plan
+
+    assert demo_plan("tiny") == DEMO_PLAN and DEMO_PLAN.key() == "878f39544c" and DEMO_PLAN.shortcuts == 1.0
+    assert demo_plan("small").size == "small" and demo_plan("small").hidden_size == 0  # the size's own width
+    warm = ToolWarmStart(*(tmp_path / n for n in ("root", "model", "base", "sft.parquet", "train", "val")))
+    demo = tool_warm_demo(warm, TOOL_WARM_DEMO_STEPS)
+    cfg = compose(REPO / "configs" / "tool_agent_cpu.yaml", demo.overrides)
+    assert cfg.actor_rollout_ref.actor.optim.lr == 3e-4 and cfg.trainer.total_training_steps == 20
+    assert cfg.trainer.test_freq == 4 and cfg.data.train_files == str(warm.train)
+
+
 def test_held_out_success_reads_the_first_and_last_validation() -> None:
     steps = [
         {"step": 0, HELD_OUT_METRIC: 0.2},

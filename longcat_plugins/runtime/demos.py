@@ -23,9 +23,13 @@ from __future__ import annotations
 import json
 from dataclasses import dataclass
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from longcat_plugins.runtime.assets import Assets
 from longcat_plugins.runtime.launch import configs_dir
+
+if TYPE_CHECKING:
+    from longcat_plugins.runtime.tool_warmstart import ToolWarmStart
 
 #: recipe name -> (config in configs/, one line for ``--help``)
 RECIPES: dict[str, tuple[str, str]] = {
@@ -55,6 +59,9 @@ class Demo:
 WARM_TEST_FREQ = 3
 #: the warm-started demo's default length
 WARM_DEMO_STEPS = 12
+#: the tool agent's demo: its held-out success rose 0.0% -> 23.4% within 20 steps at lr 3e-4
+#: (bench/results/learning_tool_agent.json, the demo plan's run)
+TOOL_WARM_DEMO_STEPS = 20
 WARM_OVERRIDES = [
     "reward.custom_reward_function.name=arithmetic_exact",
     "data.train_batch_size=16",
@@ -92,11 +99,10 @@ def prepare_demo(recipe: str, built: Assets, steps: int, init: str = "random") -
         if init == "warm":
             overrides += [*WARM_OVERRIDES, f"trainer.test_freq={min(WARM_TEST_FREQ, steps)}"]
     elif recipe == "tool_agent" and init == "warm":
-        from longcat_plugins.runtime.tool_warmstart import WarmStartPlan, ensure_tool_warm_start, warm_overrides
+        from longcat_plugins.runtime.tool_warmstart import demo_plan, ensure_tool_warm_start
 
         size = json.loads((built.root / "assets.json").read_text()).get("size", "tiny")
-        warm = warm_overrides(ensure_tool_warm_start(built.root.parent, WarmStartPlan(size=size)), steps)
-        overrides = [o for o in overrides if not o.startswith("actor_rollout_ref.model.path=")] + warm
+        return tool_warm_demo(ensure_tool_warm_start(built.root.parent, demo_plan(size)), steps)
     elif recipe == "code_agent" and init == "warm":
         from longcat_plugins.runtime import code_warmstart
 
@@ -125,6 +131,14 @@ def prepare_demo(recipe: str, built: Assets, steps: int, init: str = "random") -
             "trainer.v1.separate_async.num_warmup_batches=2",
         ]
     return Demo(RECIPES[recipe][0], overrides)
+
+
+def tool_warm_demo(warm: ToolWarmStart, steps: int) -> Demo:
+    """The tool-agent demo on ``warm`` (any plan's warm start: the demo's, or a bench candidate's)."""
+    from longcat_plugins.runtime.tool_warmstart import warm_overrides
+
+    overrides = [f"trainer.total_training_steps={steps}", f"trainer.save_freq={steps}", *warm_overrides(warm, steps)]
+    return Demo(RECIPES["tool_agent"][0], overrides)
 
 
 def _tool_agent_data(out: Path) -> tuple[Path, Path]:
