@@ -25,7 +25,8 @@ rate (default: the demo's), ``--test-freq`` validates every N steps as well (the
 ``data.train_batch_size=16``); each run records its own ``warm_start``, ``lr`` and ``settings``
 (every override that is not a path), so runs of different settings can share a file. ``--train-rows N`` trains on the warm start's
 first N training tasks only, every step (a diagnostic: does RL raise the reward on tasks it sees
-again and again, whatever it does held out). ``--untie``
+again and again, whatever it does held out); ``--train-file PATH`` trains on those task rows instead,
+every step (``bench_tool_selection_gain.py``'s selected and unselected subsets). ``--untie``
 trains an untied copy of the warm start (the output layer a copy of the input embedding: the same
 function at step 0), so RL's output-side gradient no longer moves the embedding the copy reads.
 """
@@ -67,7 +68,12 @@ def main() -> None:
     parser.add_argument("--override", action="append", default=[], help="a verl override added after the demo's")
     parser.add_argument("--untie", action="store_true", help="train an untied copy of the warm start's embeddings")
     parser.add_argument("--train-rows", type=int, default=0, help="train on the first N training tasks only")
+    parser.add_argument("--train-file", type=Path, default=None, help="train on these task rows instead, every step")
     args = parser.parse_args()
+    if args.train_rows and args.train_file:
+        raise SystemExit("--train-rows and --train-file: give one")
+    if args.train_file is not None and not args.train_file.is_file():
+        raise SystemExit(f"--train-file {args.train_file}: no such file")
 
     previous: list[dict[str, Any]] = []
     if args.append and args.out.exists():  # checked before any training, so a mismatch wastes no run
@@ -103,7 +109,7 @@ def main() -> None:
     build_s = time.perf_counter() - t0
     work = args.work or Path(tempfile.mkdtemp(prefix="bench-toolwarm-"))
     model = _untied_copy(warm.model) if args.untie else warm.model
-    train = warm.train
+    train = args.train_file or warm.train
     if args.train_rows:
         import pandas as pd
 
@@ -126,7 +132,7 @@ def main() -> None:
         if args.lr is not None:
             overrides = [o for o in overrides if not o.startswith("actor_rollout_ref.actor.optim.lr=")]
             overrides.append(f"actor_rollout_ref.actor.optim.lr={args.lr:g}")
-        if args.train_rows:  # the same few tasks every step, for as many steps as asked
+        if args.train_rows or args.train_file:  # the same few tasks every step, for as many steps as asked
             overrides.append(f"trainer.total_epochs={args.steps}")
         overrides += args.override
         lr = next(float(o.split("=", 1)[1]) for o in overrides if o.startswith("actor_rollout_ref.actor.optim.lr="))
@@ -157,7 +163,8 @@ def main() -> None:
             "lr": lr,
             "settings": _settings(overrides)
             + (["untied_copy"] if args.untie else [])
-            + ([f"train_rows={args.train_rows}"] if args.train_rows else []),
+            + ([f"train_rows={args.train_rows}"] if args.train_rows else [])
+            + ([f"train_file={args.train_file.name}"] if args.train_file else []),
             "warm_start": json.loads((warm.root / "warmstart.json").read_text()),
         }
         if args.probe:
