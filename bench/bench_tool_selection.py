@@ -35,13 +35,15 @@ WARM = [
 ]
 
 
-def run(warm: Path, tasks: int, n: int, seed: int, work: Path) -> dict:
+def run(warm: Path, tasks: int, n: int, seed: int, work: Path, split: str = "val") -> dict:
+    """Select among the first ``tasks`` rows of the warm start's ``split`` (``val``: held out;
+    ``train``: what ``bench_tool_selection_gain.py`` trains on)."""
     import pandas as pd
 
     from longcat_plugins.environments.tool_selection import Thresholds, select_tool_tasks
 
     data = work / "tasks.parquet"
-    pd.read_parquet(warm / "val.parquet").head(tasks).to_parquet(data)
+    pd.read_parquet(warm / f"{split}.parquet").head(tasks).to_parquet(data)
     th = Thresholds()
     ray_tmp = Path(tempfile.mkdtemp(prefix="lcts", dir="/tmp"))
     start = time.perf_counter()

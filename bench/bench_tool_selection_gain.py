@@ -21,17 +21,13 @@ from __future__ import annotations
 
 import argparse
 import json
-import shutil
 import subprocess
 import sys
 import tempfile
-import time
 from pathlib import Path
 
 BENCH = Path(__file__).resolve().parent
 OUT = BENCH / "results" / "tool_selection_gain.json"
-#: prompts a step in the demo's configuration (``tool_warmstart.warm_overrides``)
-BATCH = 8
 
 
 def main() -> None:
@@ -50,59 +46,34 @@ def main() -> None:
 
     import pandas as pd
 
-    from longcat_plugins.environments.tool_selection import Thresholds, select_tool_tasks
     from longcat_plugins.runtime.assets import default_cache_dir
-    from longcat_plugins.runtime.tool_warmstart import demo_plan, ensure_tool_warm_start
+    from longcat_plugins.runtime.tool_warmstart import RL_BATCH, demo_plan, ensure_tool_warm_start
 
     sys.path.insert(0, str(BENCH))
-    from bench_tool_selection import WARM
+    from bench_tool_selection import run as select
 
     cache = args.cache_dir or default_cache_dir()
     warm = ensure_tool_warm_start(cache, demo_plan("tiny"))
     work = args.work or Path(tempfile.mkdtemp(prefix="bench-toolsel-gain-"))
-    work.mkdir(parents=True, exist_ok=True)
+    (work / "select").mkdir(parents=True, exist_ok=True)
+    sel = select(warm.root, args.tasks, args.n, args.seed, work / "select", split="train")
     candidates = pd.read_parquet(warm.train).head(args.tasks).reset_index(drop=True)
-    candidates.to_parquet(work / "candidates.parquet")
-    th = Thresholds()
-    ray_tmp = Path(tempfile.mkdtemp(prefix="lcsg", dir="/tmp"))
-    start = time.perf_counter()
-    try:
-        sel = select_tool_tasks(
-            work / "candidates.parquet",
-            work / "kept.parquet",
-            model=warm.model,
-            thresholds=th,
-            n=args.n,
-            overrides=[
-                *WARM,
-                f"actor_rollout_ref.rollout.seed={args.seed}",
-                f"+ray_kwargs.ray_init._temp_dir={ray_tmp}",
-            ],
-            work_dir=work / "select",
-        )
-    finally:
-        shutil.rmtree(ray_tmp, ignore_errors=True)
-    select_s = time.perf_counter() - start
-    kept = [i for i, k in enumerate(sel.kept) if k]
-    rest = [i for i, k in enumerate(sel.kept) if not k]
+    kept = [t["row"] for t in sel["per_task"] if t["kept"]]
+    rest = [t["row"] for t in sel["per_task"] if not t["kept"]]
     size = min(len(kept), len(rest))
+    s_with = [t["s_with"] for t in sel["per_task"]]
     selection = {
         "warm_start": warm.root.name,
-        "tasks": args.tasks,
-        "n": args.n,
-        "tau1": th.tau1,
-        "tau2": th.tau2,
-        "tau3": th.tau3,
-        "kept": len(kept),
-        "s_with_mean": round(sum(sel.s_with) / args.tasks, 4),
-        "s_without_mean": round(sum(sel.s_without) / args.tasks, 4),
-        "s_with_kept": round(sum(sel.s_with[i] for i in kept) / max(1, len(kept)), 4),
-        "s_with_unselected": round(sum(sel.s_with[i] for i in rest) / max(1, len(rest)), 4),
-        "wall_s": round(select_s, 1),
+        **{k: sel[k] for k in ("tasks", "n", "tau1", "tau2", "tau3", "kept", "s_with_mean", "s_without_mean")},
+        "s_with_kept": round(sum(s_with[i] for i in kept) / max(1, len(kept)), 4),
+        "s_with_unselected": round(sum(s_with[i] for i in rest) / max(1, len(rest)), 4),
+        "wall_s": sel["wall_s"],
     }
     print(json.dumps(selection), flush=True)
-    if size < BATCH:  # verl drops a last partial batch: fewer tasks than a batch would train nothing
-        raise SystemExit(f"too few to compare: {len(kept)} tasks kept, {len(rest)} not, need {BATCH} of each ({work})")
+    if size < RL_BATCH:  # verl drops a last partial batch: fewer tasks than a batch would train nothing
+        raise SystemExit(
+            f"too few to compare: {len(kept)} tasks kept, {len(rest)} not, need {RL_BATCH} of each ({work})"
+        )
     runs = []
     for subset, rows in (("selected", kept[:size]), ("unselected", rest[:size])):
         data = work / f"{subset}.parquet"

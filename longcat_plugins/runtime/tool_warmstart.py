@@ -342,17 +342,17 @@ def shortcut_rows(rows: list[dict[str, Any]], share: float, seed: int) -> list[d
     the fraction drawn per row, deterministic per ``seed``): the trajectory up to and including the
     first tool result, then :data:`SHORTCUT_ANSWER`. Only rows with at least two calls get one (a
     one-call chain that stops after its call is the golden chain). The rubric never credits a twin:
-    the task's action or its requested value is missing (``tests/test_tool_warmstart.py`` plays each)."""
+    the task's action or its requested value is missing (``tests/test_env_golden.py`` plays each)."""
     if share < 0:
         raise ValueError(f"shortcuts: must be >= 0, got {share}")
     rng = random.Random(f"shortcut-{seed}")
+    whole, fraction = divmod(share, 1.0)
     out = []
     for row in rows:
         messages = list(row["messages"])
         calls = [
             i for i, m in enumerate(messages) if m["role"] == "assistant" and m["content"].startswith("<tool_call>")
         ]
-        whole, fraction = divmod(share, 1.0)
         twins = int(whole) + (rng.random() < fraction)
         if len(calls) < 2 or messages[calls[0] + 1]["role"] != "tool":
             continue
@@ -418,6 +418,8 @@ def _fix_env_paths(tmp: Path, root: Path) -> None:
 
 #: where the loop's settings live in a recipe
 _LOOP = "longcat.settings.environment.longcat_tool_agent"
+#: tasks a GRPO step of the warm start's runs (one mini-batch: one update a step)
+RL_BATCH = 8
 
 
 def warm_overrides(warm: ToolWarmStart, steps: int) -> list[str]:
@@ -434,9 +436,9 @@ def warm_overrides(warm: ToolWarmStart, steps: int) -> list[str]:
         f"data.val_files={warm.val}",
         "data.max_prompt_length=192",  # the longest golden prompt is ~170 tokens with the tool tokenizer
         "data.max_response_length=384",  # the longest golden trajectory's response is ~270
-        "data.train_batch_size=8",
+        f"data.train_batch_size={RL_BATCH}",
         "actor_rollout_ref.rollout.n=4",
-        "actor_rollout_ref.actor.ppo_mini_batch_size=8",
+        f"actor_rollout_ref.actor.ppo_mini_batch_size={RL_BATCH}",
         "actor_rollout_ref.actor.ppo_micro_batch_size_per_gpu=8",
         "actor_rollout_ref.rollout.log_prob_micro_batch_size_per_gpu=8",
         "actor_rollout_ref.ref.log_prob_micro_batch_size_per_gpu=8",
