@@ -1,22 +1,29 @@
 """Self-verification (A6) on the learning bench: the warm-started arithmetic task, with and without
 the verification phase, through the ``longcat_data`` trainer.
 
-    .venv/bin/python bench/bench_self_verification.py [--modes baseline,selfverify] [--seeds 0]
-        [--steps 9] [--out bench/results/self_verification.json] [--append]
+    .venv/bin/python bench/bench_self_verification.py [--modes baseline,selfverify] [--seeds 0,1,2]
+        [--steps 30] [--window 3] [--min-delta 0.02] [--verdicts 0.5] [--max-steps 3]
+        [--out bench/results/self_verification.json] [--append]
 
 Both modes run the warm-started demo's recipe (exact-match reward ``arithmetic_exact`` scored
 through the ``selfverify`` reward, 16 prompts x 8 samples a step, greedy held-out validation
-before and after) on the ``longcat_data`` trainer; only ``selfverify.enable`` differs. The phase
-uses the real plateau detector (``--window`` steps, ``--min-delta``), 4 verification prompts a
-step of 8 samples each, at most 3 steps a phase. The recipe allows 32 prompt and 12 response
-tokens, so the verification prompt is ``<problem> <candidate> Right?`` and the two verdicts are
-in the answer form the warm start already writes: ``The answer is 1.`` (correct) and
-``The answer is 0.`` (incorrect); anything else scores -1.
+before, every ``--test-freq`` steps and after) on the ``longcat_data`` trainer; only
+``selfverify.enable`` differs. The phase uses the real plateau detector (``--window`` steps,
+``--min-delta``), ``--tasks`` verification prompts a step of 8 samples each, at most
+``--max-steps`` steps a phase. The verification prompt and verdicts are the warm start's
+(:data:`~longcat_plugins.runtime.warmstart.VERIFY_PROMPT`: ``<problem> <candidate> Right?``,
+answered ``The answer is 1.`` (correct) or ``The answer is 0.`` (incorrect); anything else
+scores -1); prompts may be 40 tokens (the longest verification prompt is 34).
+
+``--verdicts S`` (> 0) starts both modes from the warm start whose SFT data also taught the
+verification task on a share S of the training questions (``ensure_warm_start(verdicts=S)``);
+0 is the plain warm start, which almost never writes a verdict.
 
 Per run: ``acc_before`` / ``acc_after`` (verl's held-out greedy exact match), ``phases``,
 ``phase_steps``, ``verify_accuracy`` (share of right verdicts over all verification samples),
-``verify_unparseable``, and per step the main-task batch accuracy and phase flag.
-Writes ``{"runs": [...]}``.
+``verify_unparseable``, the first and last phase step's verification accuracy, and per step the
+main-task batch accuracy, phase flag and held-out accuracy where validated. Writes ``{"runs": [...]}``
+and, per run, the warm start's greedy verdict probe (``warm``).
 """
 
 from __future__ import annotations
@@ -31,21 +38,27 @@ S = "+longcat.settings.scheduler.longcat_data"
 MODES = ("baseline", "selfverify")
 
 
-def run(mode: str, seed: int, steps: int, window: int, min_delta: float, assets, work: Path) -> dict:
+def run(mode: str, seed: int, args: argparse.Namespace, assets, work: Path) -> dict:
     from longcat_plugins.runtime.demos import prepare_demo
     from longcat_plugins.runtime.launch import resolve_config, run_training, val_accuracy
+    from longcat_plugins.runtime.warmstart import VERDICT_CORRECT, VERDICT_INCORRECT, VERIFY_PROMPT
 
+    steps, window, min_delta = args.steps, args.window, args.min_delta
     demo = prepare_demo("arithmetic", assets, steps, init="warm")
-    overrides = [o for o in demo.overrides if not o.startswith("reward.custom_reward_function.name=")]
+    overrides = [
+        o
+        for o in demo.overrides
+        if not o.startswith(("reward.custom_reward_function.name=", "trainer.test_freq=", "trainer.save_freq="))
+    ]
     verify = [
         f"{S}.selfverify.enable=true",
         f"{S}.selfverify.window={window}",
         f"{S}.selfverify.min_delta={min_delta}",
-        f"{S}.selfverify.tasks=4",
-        f"{S}.selfverify.max_steps=3",
-        f"{S}.selfverify.prompt='{{problem}} {{solution}} Right?'",
-        f"{S}.selfverify.correct='The answer is 1.'",
-        f"{S}.selfverify.incorrect='The answer is 0.'",
+        f"{S}.selfverify.tasks={args.tasks}",
+        f"{S}.selfverify.max_steps={args.max_steps}",
+        f"{S}.selfverify.prompt='{VERIFY_PROMPT}'",
+        f"{S}.selfverify.correct='{VERDICT_CORRECT}'",
+        f"{S}.selfverify.incorrect='{VERDICT_INCORRECT}'",
     ]
     ray_tmp = Path(tempfile.mkdtemp(prefix="lcsv", dir="/tmp"))
     try:
@@ -56,7 +69,8 @@ def run(mode: str, seed: int, steps: int, window: int, min_delta: float, assets,
                 "reward.custom_reward_function.name=selfverify",
                 "+longcat.settings.reward.selfverify.main=arithmetic_exact",
                 "trainer.total_epochs=100",
-                f"trainer.test_freq={steps}",
+                "data.max_prompt_length=40",
+                f"trainer.test_freq={args.test_freq or steps}",
                 "trainer.save_freq=-1",
                 f"data.seed={seed}",
                 f"actor_rollout_ref.actor.data_loader_seed={seed}",
@@ -82,6 +96,7 @@ def run(mode: str, seed: int, steps: int, window: int, min_delta: float, assets,
         r.get("longcat/selfverify/verify_accuracy", 0.0) * r.get("longcat/selfverify/verify_samples", 0.0)
         for r in phase
     )
+    verify_steps = [r["longcat/selfverify/verify_accuracy"] for r in phase if "longcat/selfverify/verify_accuracy" in r]
     unparse = sum(
         r.get("longcat/selfverify/verify_unparseable", 0.0) * r.get("longcat/selfverify/verify_samples", 0.0)
         for r in phase
@@ -92,6 +107,8 @@ def run(mode: str, seed: int, steps: int, window: int, min_delta: float, assets,
         "steps": len(trained),
         "window": window if mode == "selfverify" else None,
         "min_delta": min_delta if mode == "selfverify" else None,
+        "verdicts": args.verdicts,
+        "max_steps": args.max_steps if mode == "selfverify" else None,
         "acc_before": accs[0],
         "acc_after": accs[-1],
         "phases": int(max((r.get("longcat/selfverify/phases", 0.0) for r in trained), default=0)),
@@ -99,12 +116,20 @@ def run(mode: str, seed: int, steps: int, window: int, min_delta: float, assets,
         "verify_samples": int(samples),
         "verify_accuracy": round(right / samples, 4) if samples else None,
         "verify_unparseable": round(unparse / samples, 4) if samples else None,
+        "verify_first": verify_steps[0] if verify_steps else None,
+        "verify_last": verify_steps[-1] if verify_steps else None,
+        "warm": {
+            k: v
+            for k, v in json.loads((assets.root / "warm.json").read_text()).items()
+            if k.startswith(("val", "verdict"))
+        },
         "curve": [
             {
                 "step": r["step"],
                 "main_accuracy": r.get("longcat/selfverify/main_accuracy", r.get("longcat/data/batch_accuracy")),
                 "phase": r.get("longcat/selfverify/phase", 0.0),
                 "verify_accuracy": r.get("longcat/selfverify/verify_accuracy"),
+                "heldout": val_accuracy(r),
             }
             for r in trained
         ],
@@ -115,9 +140,13 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--modes", default=",".join(MODES))
     parser.add_argument("--seeds", default="0")
-    parser.add_argument("--steps", type=int, default=9)
-    parser.add_argument("--window", type=int, default=2)
+    parser.add_argument("--steps", type=int, default=30)
+    parser.add_argument("--window", type=int, default=3)
     parser.add_argument("--min-delta", type=float, default=0.02)
+    parser.add_argument("--tasks", type=int, default=4, help="verification prompts a phase step (pairs)")
+    parser.add_argument("--max-steps", type=int, default=3, help="steps a phase lasts at most")
+    parser.add_argument("--verdicts", type=float, default=0.5, help="share of training questions SFT also judges")
+    parser.add_argument("--test-freq", type=int, default=5, help="held-out validation every N steps (0: at the end)")
     parser.add_argument("--size", default="tiny")
     parser.add_argument("--out", default="bench/results/self_verification.json")
     parser.add_argument("--append", action="store_true", help="add to the runs already in --out")
@@ -127,18 +156,19 @@ def main() -> None:
         parser.error(f"--modes: choices are {', '.join(MODES)}")
     from longcat_plugins.runtime.warmstart import ensure_warm_start
 
-    assets = ensure_warm_start(size=args.size)
+    assets = ensure_warm_start(size=args.size, verdicts=args.verdicts)
     out = Path(args.out)
     runs = json.loads(out.read_text())["runs"] if args.append and out.exists() else []
     work = Path(tempfile.mkdtemp(prefix="longcat-selfverify-"))
     for mode in modes:
         for seed in [int(s) for s in args.seeds.split(",") if s]:
-            r = run(mode, seed, args.steps, args.window, args.min_delta, assets, work)
-            same = ("mode", "seed", "window", "min_delta", "steps")
+            r = run(mode, seed, args, assets, work)
+            same = ("mode", "seed", "window", "min_delta", "steps", "verdicts", "max_steps")
             runs = [x for x in runs if any(x.get(k) != r[k] for k in same)] + [r]
             print(
                 f"{mode:>10} seed {seed}: held-out {100 * r['acc_before']:.1f}% -> {100 * r['acc_after']:.1f}%, "
-                f"{r['phases']} phase(s), {r['phase_steps']} phase step(s), verification accuracy {r['verify_accuracy']}",
+                f"{r['phases']} phase(s), {r['phase_steps']} phase step(s), verification accuracy {r['verify_accuracy']} "
+                f"(first step {r['verify_first']}, last {r['verify_last']})",
                 flush=True,
             )
             out.parent.mkdir(parents=True, exist_ok=True)

@@ -16,11 +16,17 @@ from longcat_plugins.runtime.assets import Assets
 from longcat_plugins.runtime.launch import heldout_accuracy, summary_rows
 from longcat_plugins.runtime.sft import SFTConfig, SFTError
 from longcat_plugins.runtime.warmstart import (
+    VERDICT_CORRECT,
+    VERDICT_INCORRECT,
+    VERIFY_PROMPT,
     answer_shares,
+    candidate_solution,
     ensure_warm_start,
     final_number,
     split_questions,
     teacher_answer,
+    verification_messages,
+    write_sft_parquet,
 )
 
 
@@ -58,6 +64,64 @@ def test_teacher_mixes_the_answer_form() -> None:
     assert 60 < answers.count("The answer is 5.") < 140
 
 
+def test_verdict_follows_the_exact_match_reward_not_the_arithmetic() -> None:
+    """A candidate is judged correct exactly when the main reward credits it: a worked equation
+    with the right number is "incorrect", as the phase's truth (its outcome reward) says."""
+    import random
+
+    rng = random.Random(0)
+    seen = {"right form": 0, "near miss": 0, "equation": 0}
+    for _ in range(400):
+        solution, correct = candidate_solution((3, 4, 2), rng)
+        assert correct == (compute_exact_score("longcat/arithmetic", solution, "5")["score"] == 1.0)
+        kind = "equation" if "=" in solution else "right form" if correct else "near miss"
+        seen[kind] += 1
+        if kind == "near miss":
+            assert exact_answer(solution) not in (None, "5") and abs(int(exact_answer(solution)) - 5) <= 3
+    assert 150 < seen["right form"] < 250 and min(seen.values()) > 50
+
+
+def test_verification_rows_are_the_phases_own_prompt() -> None:
+    """The SFT conversation shows exactly what a phase shows for that problem and solution (the
+    trainer's :meth:`SelfVerification.prompt` with the warm start's template), and its verdict is
+    one of the two the reward parses, coupled to the candidate's credit."""
+    import random
+
+    from longcat_plugins.data.selfverify import Judged, SelfVerification, parse_verdict, verification_reward
+    from longcat_plugins.data.settings import SelfVerifySettings
+    from longcat_plugins.runtime.assets import chain_problem
+
+    sv = SelfVerification(
+        SelfVerifySettings(prompt=VERIFY_PROMPT, correct=VERDICT_CORRECT, incorrect=VERDICT_INCORRECT)
+    )
+    rng, again = random.Random(1), random.Random(1)
+    for triple in [(3, 4, 2), (9, 0, 9), (0, 0, 0), (9, 9, 0)]:
+        user, assistant = verification_messages(triple, rng)
+        solution, correct = candidate_solution(triple, again)
+        question, _ = chain_problem(*triple)
+        assert user == {"role": "user", "content": sv.prompt(Judged("t", 1, question, solution, correct, 0.5))}
+        verdict = parse_verdict(assistant["content"], VERDICT_CORRECT, VERDICT_INCORRECT)
+        assert verdict == ("correct" if correct else "incorrect")
+        assert verification_reward(verdict, "correct" if correct else "incorrect") == 1.0
+
+
+def test_verdict_rows_leave_the_answer_rows_unchanged(tmp_path: Path) -> None:
+    """verdicts > 0 adds that share of questions as verification conversations; the answer rows
+    (their teacher draws included) are the ones verdicts=0 writes, in another order."""
+    train, _ = split_questions(seed=0)
+    write_sft_parquet(tmp_path / "plain.parquet", train[:200], seed=0)
+    write_sft_parquet(tmp_path / "judge.parquet", train[:200], seed=0, verdicts=0.5)
+    plain = [list(m) for m in pd.read_parquet(tmp_path / "plain.parquet")["messages"]]
+    judge = [list(m) for m in pd.read_parquet(tmp_path / "judge.parquet")["messages"]]
+    judging = [m for m in judge if m[0]["content"].endswith(" Right?")]
+    answering = [m for m in judge if not m[0]["content"].endswith(" Right?")]
+    assert len(judging) == 100 and sorted(map(str, answering)) == sorted(map(str, plain))
+    assert {m[1]["content"] for m in judging} == {VERDICT_CORRECT, VERDICT_INCORRECT}
+    assert str(judge[: len(plain)]) != str(plain)  # shuffled together, not appended after them
+    with pytest.raises(ValueError, match="verdicts must be a share"):
+        ensure_warm_start(tmp_path, verdicts=1.5)
+
+
 def _digest(assets: Assets) -> str:
     return hashlib.sha256((assets.model / "model.safetensors").read_bytes()).hexdigest()
 
@@ -76,6 +140,22 @@ def test_warm_start_is_deterministic_per_seed(tiny_warm_start: Assets, tmp_path:
     # the SFT checkpoint is verl's HF export, with its tokenizer
     assert (again.model / "tokenizer.json").exists() and (again.model / "config.json").exists()
     assert ensure_warm_start(tmp_path, size="tiny", sft=SFTConfig(**meta["sft"])) == again  # cached: no rebuild
+
+
+def test_verdict_warm_start_builds_apart_and_probes_its_verdicts(tiny_warm_start: Assets, tmp_path: Path) -> None:
+    """verdicts=0.5: its own cache key, the verification rows in its SFT data, the same RL splits,
+    and warm.json records the greedy verdict probe (shares of the held-out questions)."""
+    meta = json.loads((tiny_warm_start.root / "warm.json").read_text())
+    built = ensure_warm_start(tmp_path, size="tiny", sft=SFTConfig(**meta["sft"]), verdicts=0.5)
+    assert built.root.name == tiny_warm_start.root.name.replace("-a0.3-", "-a0.3-vd0.5-")
+    sft = pd.read_parquet(built.root / "sft.parquet")
+    assert len(sft) == 936 + 468
+    assert sum(list(m)[0]["content"].endswith(" Right?") for m in sft["messages"]) == 468
+    pd.testing.assert_frame_equal(pd.read_parquet(built.val), pd.read_parquet(tiny_warm_start.val))
+    probe = json.loads((built.root / "warm.json").read_text())
+    assert probe["verdicts"] == 0.5 and "verdict_acc" not in meta
+    assert 0.0 <= probe["verdict_acc"] <= 1.0 - probe["verdict_unparseable"]
+    assert 0.0 <= probe["verdict_constant"] <= 1.0
 
 
 def test_failed_build_leaves_nothing(tmp_path: Path) -> None:

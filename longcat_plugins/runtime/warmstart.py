@@ -45,6 +45,11 @@ N_VAL = 64
 #: share of SFT targets in the verifiable answer form (the rest are worked equations): below
 #: one half, so the warm start often answers in the uncredited form
 ANSWER_SHARE = 0.3
+#: A6 self-verification in the tiny recipes' lengths (32 prompt, 12-16 response tokens): the
+#: prompt a verification phase shows (``{problem}``: the question, ``{solution}``: one response)
+#: and its two verdicts, in the answer form the warm start already writes
+VERIFY_PROMPT = "{problem} {solution} Right?"
+VERDICT_CORRECT, VERDICT_INCORRECT = answer_text(1), answer_text(0)
 
 
 def split_questions(seed: int, n_val: int = N_VAL) -> tuple[list[tuple[int, int, int]], list[tuple[int, int, int]]]:
@@ -68,8 +73,37 @@ def teacher_answer(triple: tuple[int, int, int], rng: random.Random, share: floa
     return answer_text(answer) if rng.random() < share else f"{a}+{b}-{c} = {answer}."
 
 
-def write_sft_parquet(path: Path, triples: list[tuple[int, int, int]], seed: int, share: float = ANSWER_SHARE) -> None:
-    """verl's SFT format (a ``messages`` conversation) with the teacher's answers."""
+def candidate_solution(triple: tuple[int, int, int], rng: random.Random) -> tuple[str, bool]:
+    """A solution to judge, shaped like the warm start's own responses, and whether the
+    exact-match reward credits it: half the time the credited form with the right answer; else the
+    credited form with a near miss (off by 1-3), or the worked equation ``a+b-c = N.``, which is
+    never credited however right its number (the verdict follows the reward, not the arithmetic)."""
+    a, b, c = triple
+    answer = a + b - c
+    kind = rng.random()
+    if kind < 0.5:
+        return answer_text(answer), True
+    if kind < 0.75:
+        return answer_text(answer + rng.choice((-3, -2, -1, 1, 2, 3))), False
+    return f"{a}+{b}-{c} = {answer if rng.random() < 0.5 else answer + rng.choice((-1, 1))}.", False
+
+
+def verification_messages(triple: tuple[int, int, int], rng: random.Random) -> list[dict[str, str]]:
+    """One A6 verification conversation: the phase's prompt (:data:`VERIFY_PROMPT`) on a
+    :func:`candidate_solution`, answered with the verdict the reward's truth gives."""
+    question, _ = chain_problem(*triple)
+    solution, correct = candidate_solution(triple, rng)
+    prompt = VERIFY_PROMPT.replace("{problem}", question).replace("{solution}", solution)
+    verdict = VERDICT_CORRECT if correct else VERDICT_INCORRECT
+    return [{"role": "user", "content": prompt}, {"role": "assistant", "content": verdict}]
+
+
+def write_sft_parquet(
+    path: Path, triples: list[tuple[int, int, int]], seed: int, share: float = ANSWER_SHARE, verdicts: float = 0.0
+) -> None:
+    """verl's SFT format (a ``messages`` conversation) with the teacher's answers; with
+    ``verdicts`` > 0, that share of the questions also appears as a verification conversation
+    (:func:`verification_messages`), drawn from its own random stream so the answers are the same."""
     import pandas as pd
 
     rng = random.Random(seed)
@@ -84,6 +118,11 @@ def write_sft_parquet(path: Path, triples: list[tuple[int, int, int]], seed: int
                 ]
             }
         )
+    if verdicts > 0:
+        judge = random.Random(f"verdicts-{seed}")
+        picked = judge.sample(triples, round(verdicts * len(triples)))
+        rows += [{"messages": verification_messages(triple, judge)} for triple in picked]
+        random.Random(f"order-{seed}").shuffle(rows)
     pd.DataFrame(rows).to_parquet(path)
 
 
@@ -94,15 +133,22 @@ def ensure_warm_start(
     sft: SFTConfig = DEFAULT_SFT,
     n_val: int = N_VAL,
     share: float = ANSWER_SHARE,
+    verdicts: float = 0.0,
 ) -> Assets:
     """Build (once) and return a warm-started model with its RL train/validation parquets.
 
     ``Assets.model`` is the SFT checkpoint; ``root/base`` the random-init model it started from;
     ``root/warm.json`` records the key and the checkpoint's greedy held-out accuracy.
+    ``verdicts`` > 0: the SFT data also teach A6's verification task on that share of the
+    training questions (:func:`verification_messages`), so the warm start writes verdicts;
+    ``warm.json`` then records their greedy accuracy on the held-out questions.
     """
     if size not in SIZES:
         raise ValueError(f"unknown model size {size!r}; choices: {', '.join(SIZES)}")
-    root = (cache_dir or default_cache_dir()) / f"warm-{TASK}-{size}-seed{seed}-v{n_val}-a{share:g}-{sft.key()}"
+    if not 0.0 <= verdicts <= 1.0:
+        raise ValueError(f"verdicts must be a share in [0, 1], got {verdicts!r}")
+    judge = f"-vd{verdicts:g}" if verdicts else ""
+    root = (cache_dir or default_cache_dir()) / f"warm-{TASK}-{size}-seed{seed}-v{n_val}-a{share:g}{judge}-{sft.key()}"
     assets = Assets(root, root / "model", root / "train.parquet", root / "val.parquet")
     if assets.exists() and (root / "warm.json").exists():
         return assets
@@ -113,7 +159,7 @@ def ensure_warm_start(
         build_model(tmp / "base", size, seed)
         write_rl_parquet(tmp / "train.parquet", train, "train")
         write_rl_parquet(tmp / "val.parquet", val, "test")
-        write_sft_parquet(tmp / "sft.parquet", train, seed, share)
+        write_sft_parquet(tmp / "sft.parquet", train, seed, share, verdicts)
         run_sft(tmp / "base", tmp / "sft.parquet", tmp / "model", sft)
         accuracy = greedy_accuracy(tmp / "model", tmp / "val.parquet")
         meta = {
@@ -124,6 +170,8 @@ def ensure_warm_start(
             "sft": asdict(sft),
             "val_greedy_acc": accuracy,
         }
+        if verdicts:
+            meta |= {"verdicts": verdicts, **verdict_probe(tmp / "model", val, seed)}
         (tmp / "warm.json").write_text(json.dumps(meta, indent=2))
     return assets
 
@@ -142,13 +190,20 @@ def sample_answers(
 ) -> tuple[list[list[str]], list[str]]:
     """``n`` decoded responses per validation question (greedy or sampled at temperature 1)
     with plain transformers, in-process: a quick check of a checkpoint, no Ray."""
+    prompts, answers = _questions(parquet)
+    return generate(model_dir, prompts, n, do_sample, max_new_tokens, seed), answers
+
+
+def generate(
+    model_dir: Path, prompts: list[str], n: int = 1, do_sample: bool = False, max_new_tokens: int = 16, seed: int = 0
+) -> list[list[str]]:
+    """``n`` decoded responses per user message, through the checkpoint's chat template."""
     import torch
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
     tokenizer = AutoTokenizer.from_pretrained(model_dir)
     tokenizer.padding_side = "left"
     model = AutoModelForCausalLM.from_pretrained(model_dir, attn_implementation="sdpa").eval()
-    prompts, answers = _questions(parquet)
     texts = [
         tokenizer.apply_chat_template([{"role": "user", "content": p}], add_generation_prompt=True, tokenize=False)
         for p in prompts
@@ -168,7 +223,30 @@ def sample_answers(
             eos_token_id=tokenizer.eos_token_id,
         )
     decoded = tokenizer.batch_decode(out[:, batch["input_ids"].shape[1] :], skip_special_tokens=True)
-    return [decoded[i * n : (i + 1) * n] for i in range(len(prompts))], answers
+    return [decoded[i * n : (i + 1) * n] for i in range(len(prompts))]
+
+
+def verdict_probe(model_dir: Path, triples: list[tuple[int, int, int]], seed: int = 0) -> dict[str, float]:
+    """The checkpoint as A6's verifier: greedy verdicts on one :func:`candidate_solution` per
+    question (held-out ones, a fixed draw per seed). ``verdict_acc``: the share of right verdicts
+    (RISE's +1), ``verdict_unparseable``: not exactly one verdict (-1), ``verdict_constant``: the
+    share of the commoner verdict among parseable ones (1.0: it always says the same)."""
+    from longcat_plugins.data.selfverify import CORRECT, parse_verdict
+
+    rng = random.Random(f"probe-{seed}")
+    conversations = [verification_messages(triple, rng) for triple in triples]
+    prompts = [c[0]["content"] for c in conversations]
+    targets = [c[1]["content"] for c in conversations]
+    responses = [r[0] for r in generate(model_dir, prompts)]
+    said = [parse_verdict(r, VERDICT_CORRECT, VERDICT_INCORRECT) for r in responses]
+    parsed = [v for v in said if v is not None]
+    right = sum(v is not None and (v == CORRECT) == (t == VERDICT_CORRECT) for v, t in zip(said, targets, strict=True))
+    common = max((parsed.count(v) for v in set(parsed)), default=0)
+    return {
+        "verdict_acc": right / len(triples),
+        "verdict_unparseable": (len(said) - len(parsed)) / len(triples),
+        "verdict_constant": common / len(parsed) if parsed else 0.0,
+    }
 
 
 #: the number a response gives as its final answer, in either taught form (``The answer is N.``
