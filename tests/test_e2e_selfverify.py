@@ -49,6 +49,8 @@ def test_a_plateau_starts_verification_prompts_that_train_with_the_main_batch(
     assert third["longcat/selfverify/phase"] == 1.0 and third["longcat/selfverify/phase_ended"] == 1.0
     # 2 verification prompts x rollout.n = 4 samples, scored by the verdict rule, in the same batch
     assert third["longcat/selfverify/verify_samples"] == 8
+    # how many of the 2 prompts (problem + a random model's response) outgrew the 32-token prompt
+    assert third["longcat/selfverify/truncated_prompts"] in (0.0, 1.0, 2.0)
     assert 0.0 <= third["longcat/selfverify/verify_accuracy"] <= 1.0
     assert third["critic/score/min"] >= -1.0
     if third["longcat/selfverify/verify_unparseable"] > 0:  # a random model rarely writes a verdict

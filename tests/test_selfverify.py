@@ -209,3 +209,27 @@ def test_validate_exits_2_without_the_selfverify_reward() -> None:
     )
     assert bad.returncode == 2, bad.stdout + bad.stderr
     assert "reward.custom_reward_function.name" in bad.stderr and "selfverify" in bad.stderr
+
+
+def test_prompt_tokens_count_what_must_fit_the_rollouts_prompt_length(tmp_path) -> None:
+    """The trainer's count of a verification prompt's tokens is the chat-templated prompt the agent
+    loop sends; the warm start's longest verification prompt needs more than the tiny recipe's 32
+    (the self-verification bench allows 40), its shortest fits."""
+    from transformers import AutoTokenizer
+
+    from longcat_plugins.data.trainer import prompt_tokens
+    from longcat_plugins.runtime.assets import build_tokenizer
+    from longcat_plugins.runtime.warmstart import VERIFY_PROMPT
+
+    build_tokenizer(tmp_path, 0, task="chain")
+    tok = AutoTokenizer.from_pretrained(tmp_path)
+
+    def count(solution: str) -> int:
+        content = VERIFY_PROMPT.format(problem="What is 8+6-4? Answer with a number.", solution=solution)
+        messages = [{"role": "user", "content": content}]
+        ids = tok.apply_chat_template(messages, add_generation_prompt=True, tokenize=True)["input_ids"]
+        assert prompt_tokens(tok, messages) == len(ids)
+        return len(ids)
+
+    assert 32 < count("8+6-4 = 10.") <= 40
+    assert count("The answer is 9.") <= 32

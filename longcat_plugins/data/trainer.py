@@ -116,6 +116,13 @@ def problem_text(raw_prompt: Any) -> str:
     return str(last["content"] if isinstance(last, dict) else last)
 
 
+def prompt_tokens(tokenizer: Any, messages: list[dict[str, str]]) -> int:
+    """Tokens of ``messages`` as the single-turn agent loop sends them (chat template, generation
+    prompt): what must fit ``rollout.prompt_length`` before the loop left-truncates."""
+    text = tokenizer.apply_chat_template(messages, add_generation_prompt=True, tokenize=False)
+    return len(tokenizer(text, add_special_tokens=False)["input_ids"])
+
+
 def _objects(values: list[Any]) -> np.ndarray:
     out = np.empty(len(values), dtype=object)
     for i, v in enumerate(values):
@@ -259,6 +266,7 @@ class LongcatDataTrainer(PPOTrainerSync):
         self.group_refs: dict[str, GroupRef] = {}
         self.step_groups = 0
         self._plan_metrics: dict[str, float] = {}
+        self._verify_truncated = 0
         sv = self.data.selfverify
         #: A6: the verification phase, the problem text of every main group, the verification uids
         self.selfverify = SelfVerification(sv) if sv.enable else None
@@ -353,7 +361,20 @@ class LongcatDataTrainer(PPOTrainerSync):
         rows = _take(pool, [plan[0].row] * len(judged))
         uids = [str(uuid.uuid4()) for _ in judged]
         rows["uid"] = np.array(uids, dtype=object)
-        rows["raw_prompt"] = _objects([[{"role": "user", "content": self.selfverify.prompt(j)}] for j in judged])
+        messages = [[{"role": "user", "content": self.selfverify.prompt(j)}] for j in judged]
+        rows["raw_prompt"] = _objects(messages)
+        limit = int(self.config.actor_rollout_ref.rollout.prompt_length)
+        self._verify_truncated = sum(prompt_tokens(self.tokenizer, m) > limit for m in messages)
+        if self._verify_truncated:
+            logger.warning(
+                "step %d: %d of %d verification prompts exceed data.max_prompt_length=%d and the agent loop "
+                "left-truncates them: shorten %s.selfverify.prompt or raise data.max_prompt_length",
+                self.global_steps,
+                self._verify_truncated,
+                len(messages),
+                limit,
+                SETTINGS_PATH,
+            )
         rows["data_source"] = _objects([VERIFY_SOURCE] * len(judged))
         target = ["correct" if j.correct else "incorrect" for j in judged]
         rows["reward_model"] = _objects([{"style": "rule", "ground_truth": t} for t in target])
@@ -424,6 +445,8 @@ class LongcatDataTrainer(PPOTrainerSync):
         metrics.update(self.planner.observe(results))
         if self.selfverify is not None:
             metrics.update(self.selfverify.observe(self.global_steps, main_rewards, verify_rewards, judged))
+            if verify_rewards:
+                metrics["longcat/selfverify/truncated_prompts"] = float(self._verify_truncated)
             threshold = self.data.correct_threshold
             if main_rewards:
                 metrics["longcat/selfverify/main_accuracy"] = sum(r >= threshold for r in main_rewards) / len(
