@@ -22,7 +22,8 @@ verification task on a share S of the training questions (``ensure_warm_start(ve
 Per run: ``acc_before`` / ``acc_after`` (verl's held-out greedy exact match), ``phases``,
 ``phase_steps``, ``verify_accuracy`` (share of right verdicts over all verification samples),
 ``verify_unparseable``, the first and last phase step's verification accuracy, and per step the
-main-task batch accuracy, phase flag and held-out accuracy where validated. Writes ``{"runs": [...]}``
+main-task batch accuracy, phase flag, verification accuracy, share of clear verdicts saying
+"correct" (``says_correct``) and held-out accuracy where validated. Writes ``{"runs": [...]}``
 and, per run, the warm start's greedy verdict probe (``warm``).
 """
 
@@ -129,6 +130,7 @@ def run(mode: str, seed: int, args: argparse.Namespace, assets, work: Path) -> d
                 "main_accuracy": r.get("longcat/selfverify/main_accuracy", r.get("longcat/data/batch_accuracy")),
                 "phase": r.get("longcat/selfverify/phase", 0.0),
                 "verify_accuracy": r.get("longcat/selfverify/verify_accuracy"),
+                "says_correct": r.get("longcat/selfverify/verify_says_correct"),
                 "heldout": val_accuracy(r),
             }
             for r in trained

@@ -55,5 +55,9 @@ def test_a_plateau_starts_verification_prompts_that_train_with_the_main_batch(
     assert third["critic/score/min"] >= -1.0
     if third["longcat/selfverify/verify_unparseable"] > 0:  # a random model rarely writes a verdict
         assert third["critic/score/min"] == -1.0
+    # the share of clear verdicts saying "correct" is there exactly when some verdict was clear
+    says = third.get("longcat/selfverify/verify_says_correct")
+    assert (says is None) == (third["longcat/selfverify/verify_unparseable"] == 1.0)
+    assert says is None or 0.0 <= says <= 1.0
     assert 0.0 <= third["longcat/selfverify/main_accuracy"] <= 1.0
     assert third["longcat/data/trained_samples"] == 16  # the main groups; verification on top

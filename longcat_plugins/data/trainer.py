@@ -39,8 +39,8 @@ from verl.utils import tensordict_utils as tu
 
 from longcat_plugins.data.planner import Candidate, DataPlanner, GroupResult, RowPlan
 from longcat_plugins.data.replay import GroupRef
+from longcat_plugins.data.selfverify import CORRECT, Judged, SelfVerification, parse_verdict
 from longcat_plugins.data.selfverify import DATA_SOURCE as VERIFY_SOURCE
-from longcat_plugins.data.selfverify import Judged, SelfVerification
 from longcat_plugins.data.settings import SETTINGS_PATH, DataSettings, data_settings
 
 logger = logging.getLogger(__name__)
@@ -418,6 +418,7 @@ class LongcatDataTrainer(PPOTrainerSync):
             responses.append(text)
         results = []
         verify_rewards: list[float] = []
+        verdicts: list[str | None] = []
         main_rewards: list[float] = []
         judged: list[Judged] = []
         for uid, (rewards, lengths, responses) in per_uid.items():
@@ -427,6 +428,8 @@ class LongcatDataTrainer(PPOTrainerSync):
             if uid in self.verify_uids:
                 self.verify_uids.discard(uid)
                 verify_rewards += [r for r in rewards if r is not None]
+                sv = self.data.selfverify
+                verdicts += [parse_verdict(text, sv.correct, sv.incorrect) for text in responses]
                 continue
             results.append(GroupResult(ref.task, ref.group, rewards, lengths, replayed=uid in replayed))
             problem = self.problems.pop(uid, None)
@@ -447,6 +450,9 @@ class LongcatDataTrainer(PPOTrainerSync):
             metrics.update(self.selfverify.observe(self.global_steps, main_rewards, verify_rewards, judged))
             if verify_rewards:
                 metrics["longcat/selfverify/truncated_prompts"] = float(self._verify_truncated)
+            said = [v for v in verdicts if v is not None]
+            if said:  # near 0 or 1 with accuracy near 0.5: a constant verdict, not judging
+                metrics["longcat/selfverify/verify_says_correct"] = said.count(CORRECT) / len(said)
             threshold = self.data.correct_threshold
             if main_rewards:
                 metrics["longcat/selfverify/main_accuracy"] = sum(r >= threshold for r in main_rewards) / len(
