@@ -37,6 +37,8 @@ from pathlib import Path
 
 S = "+longcat.settings.scheduler.longcat_data"
 MODES = ("baseline", "selfverify")
+#: data.max_prompt_length: the warm start's longest verification prompt is 34 tokens
+PROMPT_TOKENS = 40
 
 
 def run(mode: str, seed: int, args: argparse.Namespace, assets, work: Path) -> dict:
@@ -70,7 +72,7 @@ def run(mode: str, seed: int, args: argparse.Namespace, assets, work: Path) -> d
                 "reward.custom_reward_function.name=selfverify",
                 "+longcat.settings.reward.selfverify.main=arithmetic_exact",
                 "trainer.total_epochs=100",
-                "data.max_prompt_length=40",
+                f"data.max_prompt_length={PROMPT_TOKENS}",
                 f"trainer.test_freq={args.test_freq or steps}",
                 "trainer.save_freq=-1",
                 f"data.seed={seed}",
@@ -109,6 +111,7 @@ def run(mode: str, seed: int, args: argparse.Namespace, assets, work: Path) -> d
         "window": window if mode == "selfverify" else None,
         "min_delta": min_delta if mode == "selfverify" else None,
         "verdicts": args.verdicts,
+        "prompt_tokens": PROMPT_TOKENS,
         "max_steps": args.max_steps if mode == "selfverify" else None,
         "acc_before": accs[0],
         "acc_after": accs[-1],
