@@ -53,6 +53,13 @@ def _config(tmp_path: Path, method: str) -> tuple[Path, Path]:
     return cfg, out
 
 
+def _terminal_signals() -> None:
+    """Ctrl-C and SIGTERM as a terminal gives them: a test runner started in the background by a
+    non-interactive shell inherits SIGINT ignored, and Python then never raises KeyboardInterrupt."""
+    signal.signal(signal.SIGINT, signal.SIG_DFL)
+    signal.signal(signal.SIGTERM, signal.SIG_DFL)
+
+
 def _start(cfg: Path, marker: Path) -> subprocess.Popen[str]:
     env = {**os.environ, "LC_MARKER": str(marker), "COLUMNS": "200"}
     return subprocess.Popen(
@@ -61,6 +68,7 @@ def _start(cfg: Path, marker: Path) -> subprocess.Popen[str]:
         stdout=subprocess.PIPE,
         stderr=subprocess.PIPE,
         text=True,
+        preexec_fn=_terminal_signals,
     )
 
 
