@@ -73,6 +73,12 @@ def parse_verdict(response: str | None, correct: str, incorrect: str) -> str | N
     return None
 
 
+def fill_prompt(template: str, problem: str, solution: str) -> str:
+    """A verification prompt: ``template`` with its ``{problem}`` and ``{solution}`` slots filled
+    (plain replacement: a problem or solution holding braces is shown as it is)."""
+    return template.replace("{problem}", problem).replace("{solution}", solution)
+
+
 def verification_reward(verdict: str | None, target: str) -> float:
     """RISE's coupling: +1 when the verdict is the judged rollout's true correctness, -0.5 when it
     is the other verdict, -1 when there is no clear verdict."""
@@ -123,7 +129,7 @@ class SelfVerification:
         self.phases = 0
 
     def prompt(self, judged: Judged) -> str:
-        return self.settings.prompt.replace("{problem}", judged.problem).replace("{solution}", judged.solution)
+        return fill_prompt(self.settings.prompt, judged.problem, judged.solution)
 
     def to_judge(self, k: int | None = None) -> list[Judged]:
         """The rollouts this step's verification prompts show (none outside a phase)."""
@@ -191,6 +197,7 @@ __all__ = [
     "Judged",
     "PlateauDetector",
     "SelfVerification",
+    "fill_prompt",
     "parse_verdict",
     "pick_candidates",
     "verification_reward",

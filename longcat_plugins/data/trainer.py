@@ -419,6 +419,7 @@ class LongcatDataTrainer(PPOTrainerSync):
         results = []
         verify_rewards: list[float] = []
         verdicts: list[str | None] = []
+        sv = self.data.selfverify
         main_rewards: list[float] = []
         judged: list[Judged] = []
         for uid, (rewards, lengths, responses) in per_uid.items():
@@ -428,7 +429,6 @@ class LongcatDataTrainer(PPOTrainerSync):
             if uid in self.verify_uids:
                 self.verify_uids.discard(uid)
                 verify_rewards += [r for r in rewards if r is not None]
-                sv = self.data.selfverify
                 verdicts += [parse_verdict(text, sv.correct, sv.incorrect) for text in responses]
                 continue
             results.append(GroupResult(ref.task, ref.group, rewards, lengths, replayed=uid in replayed))

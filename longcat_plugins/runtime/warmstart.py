@@ -91,11 +91,15 @@ def candidate_solution(triple: tuple[int, int, int], rng: random.Random) -> tupl
 def verification_messages(triple: tuple[int, int, int], rng: random.Random) -> list[dict[str, str]]:
     """One A6 verification conversation: the phase's prompt (:data:`VERIFY_PROMPT`) on a
     :func:`candidate_solution`, answered with the verdict the reward's truth gives."""
+    from longcat_plugins.data.selfverify import fill_prompt
+
     question, _ = chain_problem(*triple)
     solution, correct = candidate_solution(triple, rng)
-    prompt = VERIFY_PROMPT.replace("{problem}", question).replace("{solution}", solution)
     verdict = VERDICT_CORRECT if correct else VERDICT_INCORRECT
-    return [{"role": "user", "content": prompt}, {"role": "assistant", "content": verdict}]
+    return [
+        {"role": "user", "content": fill_prompt(VERIFY_PROMPT, question, solution)},
+        {"role": "assistant", "content": verdict},
+    ]
 
 
 def write_sft_parquet(
@@ -231,16 +235,15 @@ def verdict_probe(model_dir: Path, triples: list[tuple[int, int, int]], seed: in
     question (held-out ones, a fixed draw per seed). ``verdict_acc``: the share of right verdicts
     (RISE's +1), ``verdict_unparseable``: not exactly one verdict (-1), ``verdict_constant``: the
     share of the commoner verdict among parseable ones (1.0: it always says the same)."""
-    from longcat_plugins.data.selfverify import CORRECT, parse_verdict
+    from longcat_plugins.data.selfverify import parse_verdict
 
     rng = random.Random(f"probe-{seed}")
     conversations = [verification_messages(triple, rng) for triple in triples]
-    prompts = [c[0]["content"] for c in conversations]
-    targets = [c[1]["content"] for c in conversations]
-    responses = [r[0] for r in generate(model_dir, prompts)]
+    responses = [r[0] for r in generate(model_dir, [user["content"] for user, _ in conversations])]
     said = [parse_verdict(r, VERDICT_CORRECT, VERDICT_INCORRECT) for r in responses]
+    targets = [parse_verdict(verdict["content"], VERDICT_CORRECT, VERDICT_INCORRECT) for _, verdict in conversations]
     parsed = [v for v in said if v is not None]
-    right = sum(v is not None and (v == CORRECT) == (t == VERDICT_CORRECT) for v, t in zip(said, targets, strict=True))
+    right = sum(v is not None and v == t for v, t in zip(said, targets, strict=True))
     common = max((parsed.count(v) for v in set(parsed)), default=0)
     return {
         "verdict_acc": right / len(triples),
