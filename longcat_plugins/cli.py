@@ -328,8 +328,11 @@ def demo(
         preparing = f"building the {size} tool-use warm start (once: environments, verl SFT; ~18 min on 2 cores)"
     with console.status(preparing):
         prepared = prepare_demo(recipe, built, steps, init=init)
+    from longcat_plugins.runtime.demos import VLLM_TWINS, Demo
     from longcat_plugins.runtime.launch import resolve_config, rollout_overrides
 
+    if rollout == "vllm" and recipe in VLLM_TWINS:
+        prepared, rollout = Demo(VLLM_TWINS[recipe], prepared.overrides), "hf"  # the twin sets its runtime
     demo_overrides = [
         *prepared.overrides,
         *rollout_overrides(resolve_config(prepared.config), rollout),

@@ -30,6 +30,13 @@ err_console = Console(stderr=True, highlight=False, soft_wrap=True)
 @click.option("--threshold", type=float, default=1.0, show_default=True, help="an episode reward >= this passes")
 @click.option("--config", default="tool_agent_cpu", show_default=True, help="the recipe the rollout runs with")
 @click.option("--work-dir", type=click.Path(file_okay=False), help="logs of both rollouts [default: a temp dir]")
+@click.option(
+    "--rollout",
+    type=click.Choice(["hf", "vllm"]),
+    default="hf",
+    show_default=True,
+    help="the rollout engine on the CPU runtime; vllm needs the vLLM lane (bash scripts/setup-cpu.sh --vllm)",
+)
 @click.argument("overrides", nargs=-1, type=click.UNPROCESSED)
 def select_tool_tasks_cmd(
     data: str,
@@ -42,13 +49,20 @@ def select_tool_tasks_cmd(
     threshold: float,
     config: str,
     work_dir: str | None,
+    rollout: str,
     overrides: tuple[str, ...],
 ) -> None:
     """Run every task with tools and without (two agent-loop paths, verl's rollout) and keep the
     ones where tools matter: v = s_with - s_without > tau1, s_with > tau2, s_without < tau3.
     Hydra OVERRIDES pass through to both rollouts."""
     from longcat_plugins.environments.tool_selection import SelectionError, Thresholds, select_tool_tasks
+    from longcat_plugins.runtime.launch import resolve_config, rollout_overrides
 
+    try:
+        overrides = (*rollout_overrides(resolve_config(config), rollout), *overrides)
+    except FileNotFoundError as exc:
+        err_console.print(f"[red]--config: {esc(str(exc))}[/]")
+        sys.exit(2)
     try:
         thresholds = Thresholds(tau1, tau2, tau3)
     except SelectionError as exc:

@@ -29,6 +29,13 @@ def _fail(message: str) -> None:
 @click.option(
     "--work-dir", type=click.Path(file_okay=False), help="logs and merged model [default: ./outputs/eval-<time>]"
 )
+@click.option(
+    "--rollout",
+    type=click.Choice(["hf", "vllm"]),
+    default=None,
+    help="generate with this engine on the CPU runtime [default: the recipe's]; vllm needs the vLLM lane "
+    "(bash scripts/setup-cpu.sh --vllm)",
+)
 @click.argument("overrides", nargs=-1, type=click.UNPROCESSED)
 def eval_cmd(
     checkpoint_or_run: str,
@@ -39,6 +46,7 @@ def eval_cmd(
     temperature: float,
     output: str | None,
     work_dir: str | None,
+    rollout: str | None,
     overrides: tuple[str, ...],
 ) -> None:
     """Unbiased pass@k, pass^k and avg@k of a checkpoint (an HF model dir, a verl
@@ -47,7 +55,7 @@ def eval_cmd(
     from longcat_plugins.evaluation.evaluate import run_eval, write_json_atomic
     from longcat_plugins.evaluation.passk import default_ks, parse_ks
     from longcat_plugins.evaluation.target import TargetError, materialize, resolve
-    from longcat_plugins.runtime.launch import resolve_config
+    from longcat_plugins.runtime.launch import resolve_config, rollout_overrides
 
     try:
         ks = parse_ks(k_spec, n, what="--k") if k_spec is not None else default_ks(n)
@@ -75,6 +83,8 @@ def eval_cmd(
                 f"--data is required: CHECKPOINT_OR_RUN {checkpoint_or_run!r} is not inside a run dir with its own data"
             )
         base = [f"data.train_files={Path(data).resolve()}"]
+    if rollout is not None:
+        overrides = (*rollout_overrides(recipe_path, rollout), *overrides)
     data_arg = str(Path(data).resolve()) if data is not None else None
     work = Path(work_dir or Path("outputs") / f"eval-{time.strftime('%Y%m%d-%H%M%S')}").resolve()
     out = Path(output).resolve() if output else work / "eval.json"

