@@ -210,9 +210,10 @@ def sync_timeout_s() -> float:
 
 @guarded("weight_sync_timeout")
 def fix_weight_sync_timeout(module: ModuleType) -> None:
-    """verl's bucketed weight sender waits on ``socket.recv()`` with no timeout; a vLLM worker that
-    failed to load a bucket never answers and the trainer hangs. Give the socket a receive timeout
-    and turn it into an error that names what was waited for."""
+    """verl's bucketed weight sender waits on ``socket.recv()`` (and, before a receiver connects,
+    on ``send``) with no timeout; a vLLM worker that failed to load a bucket never answers and the
+    trainer hangs. Give the socket send and receive timeouts and turn them into an error that
+    names what was waited for."""
     import zmq
 
     cls = module.BucketedWeightSender
@@ -223,6 +224,8 @@ def fix_weight_sync_timeout(module: ModuleType) -> None:
     @functools.wraps(init_socket)
     def _init_socket(self: Any) -> None:
         init_socket(self)
+        # a REQ socket blocks on send while no receiver is connected, and on recv until it answers
+        self.socket.setsockopt(zmq.SNDTIMEO, int(sync_timeout_s() * 1000))
         self.socket.setsockopt(zmq.RCVTIMEO, int(sync_timeout_s() * 1000))
 
     @functools.wraps(send)
@@ -231,7 +234,8 @@ def fix_weight_sync_timeout(module: ModuleType) -> None:
             await send(self, weights)
         except zmq.error.Again as exc:
             raise TimeoutError(
-                f"weight sync: the rollout's receiver on {self.zmq_handle} did not answer in {sync_timeout_s():.0f} s "
+                f"weight sync: the rollout's receiver on {self.zmq_handle} did not connect or answer in "
+                f"{sync_timeout_s():.0f} s "
                 f"(the vLLM worker failed to load a bucket or died; see its log above). Set {ENV_SYNC_TIMEOUT} "
                 "to wait longer"
             ) from exc
