@@ -36,7 +36,7 @@ def test_the_demo_recipe_is_clean(model: Path) -> None:
         (
             "actor_rollout_ref.rollout.name=vllm",
             "actor_rollout_ref.rollout.name",
-            "use actor_rollout_ref.rollout.name=hf",
+            "set up the vLLM lane: bash scripts/setup-cpu.sh --vllm",
         ),
         (
             "actor_rollout_ref.actor.strategy=fsdp",

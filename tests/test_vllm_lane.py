@@ -265,8 +265,10 @@ def test_eval_passk_through_vllm(warm32: Assets, tmp_path: Path, ray_tmp: Path) 
 @pytest.mark.slow
 def test_dora_single_version_replicas_on_two_vllm_replicas(assets32: Assets, tmp_path: Path, ray_tmp: Path) -> None:
     """``dora_cpu_vllm`` (dora_gpu's settings): two standalone vLLM replicas, one weights version
-    each, rolled to new versions as training publishes them; every trained sample spans one
-    version within the staleness bound, and every step trains a full batch of distinct samples."""
+    each, rolled to new versions as training publishes them; migrations executed on vLLM (a
+    request stopped with its partial output continues from that prefix on a replica holding the
+    same version); every trained sample spans one version within the staleness bound, and every
+    step trains a full batch."""
     from longcat_plugins.runtime.demos import prepare_demo
 
     steps = 5
@@ -274,7 +276,14 @@ def test_dora_single_version_replicas_on_two_vllm_replicas(assets32: Assets, tmp
     trace = tmp_path / "dora_trace.jsonl"
     result = run_training(
         resolve_config("dora_cpu_vllm"),
-        [*demo.overrides, f"+ray_kwargs.ray_init._temp_dir={ray_tmp}", "trainer.test_freq=-1"],
+        [
+            *demo.overrides,
+            f"+ray_kwargs.ray_init._temp_dir={ray_tmp}",
+            "trainer.test_freq=-1",
+            # a low rebalance threshold: the balancer plans migrations as soon as the two replicas'
+            # loads differ by two requests, so the executed-migration path runs in a few steps
+            "+longcat.settings.scheduler.dora.rebalance_threshold=0.125",
+        ],
         tmp_path / "run",
         env={"LONGCAT_DORA_TRACE": str(trace)},
     )
@@ -296,5 +305,11 @@ def test_dora_single_version_replicas_on_two_vllm_replicas(assets32: Assets, tmp
     for record in records:
         assert len(record["versions"]) == batch, record
         assert max((record["step"] - 1) - v for v in record["versions"]) <= bound, record
-    assert "vLLMHttpServer" in result.log.read_text()
-    print("dora on vLLM:", {k: last[k] for k in sorted(last) if k.startswith("dora/replica/")})
+    # migration on vLLM: planned moves were stopped on their source (vLLM's abort hands back the
+    # partial output) and continued from the prefix on the target holding the same version; the
+    # client checks every continuation ran on its pinned version (one version per sample above)
+    total = {k: sum(m[f"dora/lb/{k}"] for m in result.steps) for k in ("planned_migrations", "executed_migrations")}
+    assert total["planned_migrations"] > 0 and total["executed_migrations"] > 0, total
+    assert last["dora/vllm/stopped"] > 0 and last["dora/vllm/continued"] > 0, last
+    assert "DoraVLLMServer" in result.log.read_text()
+    print("dora on vLLM:", total, {k: last[k] for k in sorted(last) if k.startswith("dora/replica/")})

@@ -144,6 +144,13 @@ def _single_version_problems(config: DictConfig) -> list[str]:
     roller (its requests are restarted when it is reclaimed)."""
     dora = OmegaConf.select(config, SETTINGS_PATH, default=None) or {}
     if not dora.get("single_version_replicas", False):
+        name = OmegaConf.select(config, "actor_rollout_ref.rollout.name", default=None)
+        if name not in (None, "hf"):
+            return [
+                f"{SETTINGS_PATH}.single_version_replicas: a {name!r} replica holds one weights version and swaps "
+                "it in place, so DORA on it needs single_version_replicas: true (multi-version replicas are the hf "
+                "server's); see configs/dora_gpu.yaml"
+            ]
         return []
     problems = []
     replicas = standalone_replicas(config)
@@ -515,7 +522,20 @@ class DoraTrainer(PPOTrainerSeparateAsync):
         )
 
     def _setup(self) -> None:
-        super()._setup()
+        from verl.workers.rollout.llm_server import LLMServerManager
+
+        vllm = self.config.actor_rollout_ref.rollout.name == "vllm"
+        if vllm:
+            # verl's hook "for recipe to change" the replica class: ours launches DoraVLLMServer
+            # (per-request stop and pinned continuation); only while this trainer builds its managers
+            from longcat_plugins.schedulers.vllm_server import DoraVLLMReplica
+
+            LLMServerManager.rollout_replica_class = DoraVLLMReplica  # type: ignore[attr-defined]
+        try:
+            super()._setup()
+        finally:
+            if vllm:
+                del LLMServerManager.rollout_replica_class  # type: ignore[attr-defined]
         if self.config.actor_rollout_ref.rollout.name == "hf":
             self.standalone_checkpoint_manager = MultiVersionCheckpointEngineManager(
                 config=omega_conf_to_dataclass(self.config.actor_rollout_ref.rollout.checkpoint_engine),
@@ -571,8 +591,9 @@ class DoraTrainer(PPOTrainerSeparateAsync):
         ray.get(manager.global_load_balancer.start_health_probe.remote(float(self.dora.health_probe_s)))
 
     def _stop_requests(self) -> bool:
-        """Migrations and stale aborts are executed where the servers stop single requests (``hf``)."""
-        return self.dora.migrate_requests and self.config.actor_rollout_ref.rollout.name == "hf"
+        """Migrations and stale aborts are executed where the servers stop single requests (``hf``,
+        and vLLM through :mod:`.vllm_server`)."""
+        return self.dora.migrate_requests and self.config.actor_rollout_ref.rollout.name in ("hf", "vllm")
 
     def get_llm_client(self) -> DoraLLMServerClient:
         return self.standalone_server_manager.get_client(client_cls=DoraLLMServerClient)
@@ -661,6 +682,9 @@ class DoraTrainer(PPOTrainerSeparateAsync):
     def _replica_metrics(self) -> dict[str, float]:
         """Request load ratio and busy ratio of the replicas since the previous step."""
         handles = self._replica_handles()
+        if self.config.actor_rollout_ref.rollout.name == "vllm" and handles:
+            stats = ray.get([h.get_dora_stats.remote() for h in handles.values()])
+            return {f"dora/vllm/{k}": float(sum(s[k] for s in stats)) for k in stats[0]}
         if self.config.actor_rollout_ref.rollout.name != "hf" or not handles:
             return {}
         stats = dict(zip(handles, ray.get([h.get_stats.remote() for h in handles.values()]), strict=True))
