@@ -309,53 +309,66 @@ def test_longcat_gspo_with_truncated_is_matches_formula(shape, adv, mask) -> Non
 
 @pytest.mark.parametrize("with_is", [False, True])
 @pytest.mark.parametrize("dtype", [torch.float32, F64])
-def test_longcat_gspo_is_stock_gspo_with_sequence_aggregation(with_is, dtype) -> None:
+@pytest.mark.parametrize("past_clamp", [False, True])
+def test_longcat_gspo_is_stock_gspo_with_sequence_aggregation(with_is, dtype, past_clamp) -> None:
     """Correction off (no weights, or C = ∞): verl's ``gspo`` with seq-mean-token-mean, called as
-    verl's worker calls it (bool mask). Bit for bit in float32, the dtype verl trains in; in
-    float64 the preset's float mask makes agg_loss's ``+ 1e-8`` in the per-sequence denominator
-    visible (verl adds it to an int64 count, which rounds it away in float32): ~1e-8/|y_i| relative."""
+    verl's worker calls it (bool mask): the same value, gradient and verl metrics to float rounding
+    (the written-out gradient sums in another order; in float64 agg_loss's ``+ 1e-8`` in the
+    per-sequence denominator is a 1e-8/|y_i| relative difference). ``past_clamp`` puts a sequence
+    of each advantage sign past verl's log-ratio clamp at 10, where the gradient must vanish."""
     d = {k: v.to(dtype) if v.is_floating_point() else v for k, v in make_batch((9, 25), spread=2.0, seed=5).items()}
+    if past_clamp:
+        d["log_prob"][:2] = d["old"][:2] + 12.0
+        d["adv"][0], d["adv"][1] = d["adv"][0].abs() + 0.5, -d["adv"][1].abs() - 0.5
+        d["adv"] = d["adv"] * d["mask"]
     info = {"global_batch_size": 9, "dp_size": 1}
     ours = actor_config(LongcatGSPOConfig(is_cap=math.inf), clip_ratio=0.2, global_batch_info=info)
     stock = actor_config(PolicyLossConfig(loss_mode="gspo"), clip_ratio=0.2, global_batch_info=dict(info))
     weights = verl_is_weights(d["old"], d["rollout"], d["mask"], threshold=2.0).to(dtype) if with_is else None
     gspo = get_policy_loss_fn("gspo")
     assert gspo is compute_policy_loss_gspo
-    v1, g1 = value_and_grad(
-        lambda lp: compute_longcat_gspo_loss(d["old"], lp, d["adv"], d["mask"], "token-mean", ours, weights)[0],
-        d["log_prob"],
-    )
-    v2, g2 = value_and_grad(
-        lambda lp: gspo(d["old"], lp, d["adv"], d["mask"], "seq-mean-token-mean", stock, weights)[0], d["log_prob"]
-    )
-    if dtype == torch.float32:
-        assert torch.equal(v1, v2) and torch.equal(g1, g2)
-    else:
-        assert_rel(v1, v2, 1e-8)
-        assert_rel(g1, g2, 1e-8)
+    metrics = []
+
+    def ours_fn(lp: torch.Tensor) -> torch.Tensor:
+        loss, m = compute_longcat_gspo_loss(d["old"], lp, d["adv"], d["mask"], "token-mean", ours, weights)
+        metrics.append(m)
+        return loss
+
+    def stock_fn(lp: torch.Tensor) -> torch.Tensor:
+        loss, m = gspo(d["old"], lp, d["adv"], d["mask"], "seq-mean-token-mean", stock, weights)
+        metrics.append(m)
+        return loss
+
+    v1, g1 = value_and_grad(ours_fn, d["log_prob"])
+    v2, g2 = value_and_grad(stock_fn, d["log_prob"])
+    tol = 1e-6 if dtype == torch.float32 else 1e-8
+    assert_rel(v1, v2, tol)
+    assert_rel(g1, g2, tol)
+    if past_clamp:
+        assert bool(g2[:2].eq(0).all()) and bool(g1[:2].eq(0).all())
+        assert bool(g1[2:].ne(0).any())
+    for key in ("actor/pg_clipfrac", "actor/ppo_kl", "actor/pg_clipfrac_lower"):  # verl's are float32 means
+        assert metrics[0][key] == pytest.approx(metrics[1][key], rel=1e-6, abs=1e-7), key
 
 
 @pytest.mark.parametrize("with_is", [False, True])
-def test_longcat_gspo_float_and_bool_mask_formulations_agree(with_is, monkeypatch) -> None:
-    """The CUDA formulation (verl's bool mask passed through) and the CPU one (a float mask),
-    both run here on the CPU: the same loss, gradient and metrics in float32, bit for bit."""
-    import longcat_plugins.algorithms.gspo as gspo_module
-
+def test_longcat_gspo_mask_dtypes_agree(with_is) -> None:
+    """verl's worker hands a bool mask, older paths a float or int one: the same loss, gradient
+    and metrics whichever it is, bit for bit."""
     d = {k: v.float() if v.is_floating_point() else v for k, v in make_batch((9, 25), spread=2.0, seed=11).items()}
     info = {"global_batch_size": 9, "dp_size": 1}
     cfg = actor_config(LongcatGSPOConfig(is_cap=1.5), clip_ratio=0.2, global_batch_info=info)
     weights = verl_is_weights(d["old"], d["rollout"], d["mask"], threshold=2.0) if with_is else None
     results = []
-    for devices in (frozenset({"cpu"}), frozenset()):
-        monkeypatch.setattr(gspo_module, "FLOAT_MASK_DEVICES", devices)
+    for mask in (d["mask"], d["mask"].float(), d["mask"].long()):
         lp = d["log_prob"].detach().requires_grad_(True)
-        loss, metrics = compute_longcat_gspo_loss(d["old"], lp, d["adv"], d["mask"], "token-mean", cfg, weights)
+        loss, metrics = compute_longcat_gspo_loss(d["old"], lp, d["adv"], mask, "token-mean", cfg, weights)
         loss.backward()
         results.append((loss.detach(), lp.grad, {k: float(v) for k, v in metrics.items()}))
-    (v1, g1, m1), (v2, g2, m2) = results
-    assert d["mask"].dtype == torch.bool
-    assert torch.equal(v1, v2) and torch.equal(g1, g2)
-    assert m1 == m2
+    (v1, g1, m1), *others = results
+    for v2, g2, m2 in others:
+        assert torch.equal(v1, v2) and torch.equal(g1, g2)
+        assert m1 == m2
 
 
 def test_longcat_gspo_sequence_clip_metrics() -> None:
