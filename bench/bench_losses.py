@@ -274,9 +274,10 @@ def main() -> None:
     if args.threads:
         torch.set_num_threads(args.threads)
 
+    origin = provenance(sys.argv[1:])  # before the run: the code it imports, not what the tree holds later
     results = run(args.batch, args.length, args.reps, args.warmup, args.device)
     report = {
-        "provenance": provenance(sys.argv[1:]),
+        "provenance": origin,
         "what": "forward+backward of one policy-loss call, median over interleaved repetitions",
         "shape": [args.batch, args.length],
         "dtype": "float32",
