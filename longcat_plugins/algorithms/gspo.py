@@ -27,7 +27,7 @@ with Â < 0 it does not). What differs from stock ``gspo``:
   (``rollout_rs``) masks through ``response_mask``.
 * **speed**: the gradient is written out (:class:`_GSPOTokenLoss`) instead of autograd through
   the textbook expression, and every metric is read in one host sync (verl's ``gspo``: three).
-  It dispatches about 0.6x the operators of stock ``gspo`` (``bench/bench_losses.py``
+  It dispatches 0.62-0.66x the operators of stock ``gspo`` (``bench/bench_losses.py``
   records the counts), which is what a GPU pays for at training sizes: kernel launches.
 * metrics: ``longcat/gspo/{low,high}_clipfrac`` (fraction of sequences whose s_i is clipped at
   that bound, so they give no gradient), ``longcat/is_truncated_frac``, with IcePop
@@ -77,10 +77,11 @@ class LongcatGSPOConfig(ISConfig):
 class _GSPOTokenLoss(torch.autograd.Function):
     """-J of GSPO-token with seq-mean-token-mean aggregation, its gradient written out.
 
-    Autograd through the textbook expression dispatches ~75 operators forward and backward,
-    and at 64 × 8192 tokens on a GPU each one costs a kernel launch, not bandwidth. Here the
-    forward pass is 14 token-level operators (plus a handful on per-sequence vectors) and the
-    backward pass 3: for a token of sequence i,
+    Stock ``gspo``, autograd through the textbook expression, dispatches 74-76 operators forward
+    and backward (``bench/results/losses.json``), and at 64 × 8192 tokens on a GPU each one costs
+    a kernel launch, not bandwidth. Here the forward pass is 13 operators over tokens (14 with IS
+    weights) plus a few over per-sequence vectors, and the backward pass 2 over tokens: for a
+    token of sequence i,
 
         ∂(-J)/∂log π_θ(y_it) = -(dp/G) · w_it·Â_it · 1[s_it unclipped] · 1[log s_i ≤ 10] · s_i / |y_i|
 
