@@ -18,8 +18,9 @@ Next to the timings it records what one forward+backward call dispatches, per lo
 and the autograd engine call, views and no-op conversions left out and composite operators
 counted by what they call (on a GPU each is a kernel launch: at 64 x 8192 tokens the launches,
 not the bytes, set the time); ``host_reads``, the ``.item()`` and ``.tolist()`` calls (each a
-device sync on a GPU). On ``--device cuda`` also ``cuda_kernels``, the kernels the profiler saw,
-and ``cuda_syncs``, the synchronising calls ``torch.cuda.set_sync_debug_mode`` reports.
+device sync on a GPU). On ``--device cuda`` also ``cuda_kernels``, the kernels the profiler saw
+(``cuda_launch_calls``: the ``cudaLaunchKernel`` calls it saw), and ``cuda_syncs``, the
+synchronising calls ``torch.cuda.set_sync_debug_mode`` reports.
 """
 
 from __future__ import annotations
@@ -168,9 +169,11 @@ def count_ops(name: str, cfg: ActorConfig, d: dict[str, torch.Tensor], with_is: 
             ops += _kernels(e)
     out = {"dispatched_ops": ops, "host_reads": host_reads}
     if cuda:
+        events = prof.events()
         out["cuda_kernels"] = sum(
-            1 for e in prof.events() if e.device_type == torch.autograd.DeviceType.CUDA and "Memcpy" not in e.name
+            1 for e in events if e.device_type == torch.autograd.DeviceType.CUDA and "Memcpy" not in e.name
         )
+        out["cuda_launch_calls"] = sum(1 for e in events if "LaunchKernel" in e.name)  # the runtime API calls
         torch.cuda.set_sync_debug_mode("warn")
         try:
             with warnings.catch_warnings(record=True) as caught:
