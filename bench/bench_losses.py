@@ -9,30 +9,48 @@ Calls are interleaved (every repetition runs every loss, in rotating order) so d
 load hits all of them alike. Reported per setting: each loss's median (and quartiles), the ratio
 of medians, and the median of per-repetition paired ratios (ours / stock measured back to back,
 robust to load that drifts during the run). Writes ``bench/results/losses.json``; the goal is a
-ratio <= 1.1. On a shared 2-core machine individual calls vary by ±15%: use many repetitions.
+ratio <= 1.0. On a shared 2-core machine individual calls vary by ±15%: use many repetitions.
 ``--device cuda`` runs the same comparison on a GPU (each call timed between
 ``torch.cuda.synchronize()``s) and writes ``bench/results/losses_cuda.json`` unless ``--out`` says otherwise.
+
+Next to the timings it records what one forward+backward call dispatches, per loss and setting
+(``op_counts``), from ``torch.profiler``: ``dispatched_ops``, the aten operators the Python code
+and the autograd engine call, views and no-op conversions left out and composite operators
+counted by what they call (on a GPU each is a kernel launch: at 64 x 8192 tokens the launches,
+not the bytes, set the time); ``host_reads``, the ``.item()`` and ``.tolist()`` calls (each a
+device sync on a GPU). On ``--device cuda`` also ``cuda_kernels``, the kernels the profiler saw
+(``cuda_launch_calls``: the ``cudaLaunchKernel`` calls it saw), and ``cuda_syncs``, the
+synchronising calls ``torch.cuda.set_sync_debug_mode`` reports.
 """
 
 from __future__ import annotations
 
 import argparse
 import json
+import os
 import platform
+import shlex
 import statistics
+import subprocess
+import sys
 import time
+import warnings
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
 import torch
+import verl
+from torch.profiler import ProfilerActivity, profile
 from verl.trainer.ppo.core_algos import compute_policy_loss_gspo, compute_policy_loss_vanilla
 from verl.workers.config.actor import ActorConfig, PolicyLossConfig
 
 from longcat_plugins.algorithms.gspo import LongcatGSPOConfig, compute_longcat_gspo_loss
 from longcat_plugins.algorithms.triplet_clip import TripletClipConfig, compute_triplet_clip_loss
 
-GOAL = 1.1
+GOAL = 1.0
+#: seed of :func:`make_inputs`
+SEED = 0
 RESULTS = Path(__file__).resolve().parent / "results" / "losses.json"
 
 
@@ -101,8 +119,75 @@ def time_once(name: str, cfg: ActorConfig, d: dict[str, torch.Tensor], with_is: 
     return time.perf_counter() - start
 
 
+#: operators that only make views, allocate, or wrap a Python scalar: no kernel on any device
+_NOT_KERNELS = frozenset(
+    "aten::" + n
+    for n in (
+        "view as_strided unsqueeze squeeze expand expand_as reshape _reshape_alias _unsafe_view alias select slice "
+        "narrow t permute transpose flatten detach detach_ lift_fresh resolve_conj resolve_neg empty empty_like "
+        "empty_strided new_empty scalar_tensor result_type is_nonzero size stride numel dim to _to_copy copy_ fill_ "
+        "zero_"
+    ).split()
+)
+
+
+def _kernels(event: Any) -> int:
+    """Kernel launches one profiled operator stands for: 1, or for a composite operator (one
+    that calls other compute operators) the sum over those. Under a compute operator, allocation,
+    CPU-only dtype promotion (``to``/``copy_``) and output initialisation (``fill_``) are not
+    launches of their own; at the top, a dtype conversion or fill is one."""
+    children = [c for c in event.cpu_children if c.name.startswith("aten::") and c.name not in _NOT_KERNELS]
+    return sum(_kernels(c) for c in children) if children else 1
+
+
+def _is_top(event: Any) -> bool:
+    parent = event.cpu_parent
+    while parent is not None:
+        if parent.name.startswith("aten::"):
+            return False
+        parent = parent.cpu_parent
+    return True
+
+
+def count_ops(name: str, cfg: ActorConfig, d: dict[str, torch.Tensor], with_is: bool) -> dict[str, int]:
+    """What one forward+backward call of ``name`` dispatches (see the module docstring)."""
+    cuda = d["log_prob"].is_cuda
+    time_once(name, cfg, d, with_is)  # warm: lazy imports and caches out of the count
+    activities = [ProfilerActivity.CPU] + ([ProfilerActivity.CUDA] if cuda else [])
+    with profile(activities=activities) as prof:
+        time_once(name, cfg, d, with_is)
+    ops = host_reads = 0
+    for e in prof.events():
+        if not e.name.startswith("aten::") or not _is_top(e):
+            continue
+        if e.name == "aten::item" or e.name == "aten::resolve_conj":  # .item(); .tolist() shows as resolve_conj
+            host_reads += 1
+        if e.name in ("aten::to", "aten::_to_copy", "aten::copy_", "aten::fill_", "aten::zero_"):
+            real = e.name != "aten::to" or any(c.name == "aten::_to_copy" for c in e.cpu_children)
+            ops += int(real)  # a top-level conversion or fill is a kernel; a no-op .to() is not
+        elif e.name not in _NOT_KERNELS:
+            ops += _kernels(e)
+    out = {"dispatched_ops": ops, "host_reads": host_reads}
+    if cuda:
+        events = prof.events()
+        out["cuda_kernels"] = sum(
+            1 for e in events if e.device_type == torch.autograd.DeviceType.CUDA and "Memcpy" not in e.name
+        )
+        out["cuda_launch_calls"] = sum(1 for e in events if "LaunchKernel" in e.name)  # the runtime API calls
+        torch.cuda.set_sync_debug_mode("warn")
+        try:
+            with warnings.catch_warnings(record=True) as caught:
+                warnings.simplefilter("always")
+                time_once(name, cfg, d, with_is)
+        finally:
+            torch.cuda.set_sync_debug_mode("default")
+        # time_once's own two torch.cuda.synchronize() calls are not counted by the debug mode
+        out["cuda_syncs"] = sum(1 for w in caught if "synchroniz" in str(w.message))
+    return out
+
+
 def run(batch: int, length: int, reps: int, warmup: int, device: str = "cpu") -> dict[str, Any]:
-    d = make_inputs(batch, length, device=device)
+    d = make_inputs(batch, length, seed=SEED, device=device)
     cfgs = configs(batch, length)
     names = list(LOSSES)
     results: dict[str, Any] = {}
@@ -128,8 +213,50 @@ def run(batch: int, length: int, reps: int, warmup: int, device: str = "cpu") ->
                 )
                 for ours, stock in PAIRS
             },
+            "op_counts": {n: count_ops(n, cfgs[n], d, with_is) for n in names},
+        }
+        counts = results[setting]["op_counts"]
+        results[setting]["op_ratios"] = {
+            f"{ours}/{stock}": round(counts[ours]["dispatched_ops"] / counts[stock]["dispatched_ops"], 4)
+            for ours, stock in PAIRS
         }
     return results
+
+
+def provenance(argv: list[str]) -> dict[str, Any]:
+    """Where a result came from: commit of the code measured, UTC time, the command, versions, machine."""
+    import longcat_plugins
+
+    package = Path(longcat_plugins.__file__).resolve().parent
+    commit = subprocess.run(
+        ["git", "-C", str(package), "describe", "--always", "--dirty", "--abbrev=12"], capture_output=True, text=True
+    ).stdout.strip()
+    cpu = next(
+        (
+            line.split(":", 1)[1].strip()
+            for line in _read("/proc/cpuinfo").splitlines()
+            if line.startswith("model name")
+        ),
+        platform.processor() or platform.machine(),
+    )
+    return {
+        "commit": commit or "unknown",
+        "utc": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
+        "command": "PYTHONPATH=. python " + shlex.join(["bench/bench_losses.py", *argv]),
+        "seed": SEED,
+        "python": platform.python_version(),
+        "torch": torch.__version__,
+        "verl": verl.__version__,
+        "cpu": cpu,
+        "cpus": len(os.sched_getaffinity(0)),
+    }
+
+
+def _read(path: str) -> str:
+    try:
+        return Path(path).read_text()
+    except OSError:
+        return ""
 
 
 def main() -> None:
@@ -150,8 +277,10 @@ def main() -> None:
     if args.threads:
         torch.set_num_threads(args.threads)
 
+    origin = provenance(sys.argv[1:])  # before the run: the code it imports, not what the tree holds later
     results = run(args.batch, args.length, args.reps, args.warmup, args.device)
     report = {
+        "provenance": origin,
         "what": "forward+backward of one policy-loss call, median over interleaved repetitions",
         "shape": [args.batch, args.length],
         "dtype": "float32",
@@ -164,7 +293,7 @@ def main() -> None:
         "results": results,
         "within_goal": {
             key: all(r <= GOAL for s in results.values() for r in s[key].values())
-            for key in ("ratios", "paired_ratio_median")
+            for key in ("ratios", "paired_ratio_median", "op_ratios")
         },
     }
     out.parent.mkdir(parents=True, exist_ok=True)

@@ -309,53 +309,66 @@ def test_longcat_gspo_with_truncated_is_matches_formula(shape, adv, mask) -> Non
 
 @pytest.mark.parametrize("with_is", [False, True])
 @pytest.mark.parametrize("dtype", [torch.float32, F64])
-def test_longcat_gspo_is_stock_gspo_with_sequence_aggregation(with_is, dtype) -> None:
+@pytest.mark.parametrize("past_clamp", [False, True])
+def test_longcat_gspo_is_stock_gspo_with_sequence_aggregation(with_is, dtype, past_clamp) -> None:
     """Correction off (no weights, or C = ∞): verl's ``gspo`` with seq-mean-token-mean, called as
-    verl's worker calls it (bool mask). Bit for bit in float32, the dtype verl trains in; in
-    float64 the preset's float mask makes agg_loss's ``+ 1e-8`` in the per-sequence denominator
-    visible (verl adds it to an int64 count, which rounds it away in float32): ~1e-8/|y_i| relative."""
+    verl's worker calls it (bool mask): the same value, gradient and verl metrics to float rounding
+    (the written-out gradient sums in another order; in float64 agg_loss's ``+ 1e-8`` in the
+    per-sequence denominator is a 1e-8/|y_i| relative difference). ``past_clamp`` puts a sequence
+    of each advantage sign past verl's log-ratio clamp at 10, where the gradient must vanish."""
     d = {k: v.to(dtype) if v.is_floating_point() else v for k, v in make_batch((9, 25), spread=2.0, seed=5).items()}
+    if past_clamp:
+        d["log_prob"][:2] = d["old"][:2] + 12.0
+        d["adv"][0], d["adv"][1] = d["adv"][0].abs() + 0.5, -d["adv"][1].abs() - 0.5
+        d["adv"] = d["adv"] * d["mask"]
     info = {"global_batch_size": 9, "dp_size": 1}
     ours = actor_config(LongcatGSPOConfig(is_cap=math.inf), clip_ratio=0.2, global_batch_info=info)
     stock = actor_config(PolicyLossConfig(loss_mode="gspo"), clip_ratio=0.2, global_batch_info=dict(info))
     weights = verl_is_weights(d["old"], d["rollout"], d["mask"], threshold=2.0).to(dtype) if with_is else None
     gspo = get_policy_loss_fn("gspo")
     assert gspo is compute_policy_loss_gspo
-    v1, g1 = value_and_grad(
-        lambda lp: compute_longcat_gspo_loss(d["old"], lp, d["adv"], d["mask"], "token-mean", ours, weights)[0],
-        d["log_prob"],
-    )
-    v2, g2 = value_and_grad(
-        lambda lp: gspo(d["old"], lp, d["adv"], d["mask"], "seq-mean-token-mean", stock, weights)[0], d["log_prob"]
-    )
-    if dtype == torch.float32:
-        assert torch.equal(v1, v2) and torch.equal(g1, g2)
-    else:
-        assert_rel(v1, v2, 1e-8)
-        assert_rel(g1, g2, 1e-8)
+    metrics = []
+
+    def ours_fn(lp: torch.Tensor) -> torch.Tensor:
+        loss, m = compute_longcat_gspo_loss(d["old"], lp, d["adv"], d["mask"], "token-mean", ours, weights)
+        metrics.append(m)
+        return loss
+
+    def stock_fn(lp: torch.Tensor) -> torch.Tensor:
+        loss, m = gspo(d["old"], lp, d["adv"], d["mask"], "seq-mean-token-mean", stock, weights)
+        metrics.append(m)
+        return loss
+
+    v1, g1 = value_and_grad(ours_fn, d["log_prob"])
+    v2, g2 = value_and_grad(stock_fn, d["log_prob"])
+    tol = 1e-6 if dtype == torch.float32 else 1e-8
+    assert_rel(v1, v2, tol)
+    assert_rel(g1, g2, tol)
+    if past_clamp:
+        assert bool(g2[:2].eq(0).all()) and bool(g1[:2].eq(0).all())
+        assert bool(g1[2:].ne(0).any())
+    for key in ("actor/pg_clipfrac", "actor/ppo_kl", "actor/pg_clipfrac_lower"):  # verl's are float32 means
+        assert metrics[0][key] == pytest.approx(metrics[1][key], rel=1e-6, abs=1e-7), key
 
 
 @pytest.mark.parametrize("with_is", [False, True])
-def test_longcat_gspo_float_and_bool_mask_formulations_agree(with_is, monkeypatch) -> None:
-    """The CUDA formulation (verl's bool mask passed through) and the CPU one (a float mask),
-    both run here on the CPU: the same loss, gradient and metrics in float32, bit for bit."""
-    import longcat_plugins.algorithms.gspo as gspo_module
-
+def test_longcat_gspo_mask_dtypes_agree(with_is) -> None:
+    """verl's worker hands a bool mask, older paths a float or int one: the same loss, gradient
+    and metrics whichever it is, bit for bit."""
     d = {k: v.float() if v.is_floating_point() else v for k, v in make_batch((9, 25), spread=2.0, seed=11).items()}
     info = {"global_batch_size": 9, "dp_size": 1}
     cfg = actor_config(LongcatGSPOConfig(is_cap=1.5), clip_ratio=0.2, global_batch_info=info)
     weights = verl_is_weights(d["old"], d["rollout"], d["mask"], threshold=2.0) if with_is else None
     results = []
-    for devices in (frozenset({"cpu"}), frozenset()):
-        monkeypatch.setattr(gspo_module, "FLOAT_MASK_DEVICES", devices)
+    for mask in (d["mask"], d["mask"].float(), d["mask"].long()):
         lp = d["log_prob"].detach().requires_grad_(True)
-        loss, metrics = compute_longcat_gspo_loss(d["old"], lp, d["adv"], d["mask"], "token-mean", cfg, weights)
+        loss, metrics = compute_longcat_gspo_loss(d["old"], lp, d["adv"], mask, "token-mean", cfg, weights)
         loss.backward()
         results.append((loss.detach(), lp.grad, {k: float(v) for k, v in metrics.items()}))
-    (v1, g1, m1), (v2, g2, m2) = results
-    assert d["mask"].dtype == torch.bool
-    assert torch.equal(v1, v2) and torch.equal(g1, g2)
-    assert m1 == m2
+    (v1, g1, m1), *others = results
+    for v2, g2, m2 in others:
+        assert torch.equal(v1, v2) and torch.equal(g1, g2)
+        assert m1 == m2
 
 
 def test_longcat_gspo_sequence_clip_metrics() -> None:
@@ -557,3 +570,154 @@ def test_losses_name_the_config_target_they_need(fn) -> None:
     cfg = actor_config(PolicyLossConfig(), loss_scale_factor=4, global_batch_info={"global_batch_size": 2})
     with pytest.raises(ValueError, match=r"policy_loss\._target_: longcat_plugins\.algorithms\."):
         fn(d["old"], d["log_prob"], d["adv"], d["mask"], "token-mean", cfg, None)
+
+
+# -- IcePop ------------------------------------------------------------------------------------------
+
+ICEPOP = {"icepop": True, "icepop_low": 0.5, "icepop_high": 2.0}
+
+
+def icepop_reference_weight(old: torch.Tensor, rollout: torch.Tensor, *, low: float, high: float, cap: float):
+    """IcePop (Ring-1T) composed with truncated IS, from the rollout log-probs themselves:
+    M(r) = min(r, C)·1[α ≤ r ≤ β], r = π_train/π_inference = exp(old_log_prob − rollout_log_prob)."""
+    r = torch.exp(old - rollout)
+    return torch.clamp(r, max=cap) * ((r >= low) & (r <= high)).to(r.dtype)
+
+
+def verl_icepop_weights(old: torch.Tensor, rollout: torch.Tensor, mask: torch.Tensor, spec: str) -> torch.Tensor:
+    """What verl's trainer hands the loss with rollout_is: token and an IcePop threshold ``"lower_upper"``."""
+    weights, _ = compute_rollout_correction_weights(
+        log_ratio=old - rollout, response_mask=torch.ones_like(old), rollout_is="token", rollout_is_threshold=spec
+    )
+    return weights * mask
+
+
+def icepop_case(name: str, shape: tuple[int, int], verl_threshold: str | float, cap: float, seed: int):
+    """(loss as a function of log_prob, -J of the reference, the batch, the reference weights)."""
+    d = make_batch(shape, "mixed", "ragged", spread=1.0, seed=seed)
+    d["rollout"] = d["old"] + torch.randn(shape, generator=torch.Generator().manual_seed(seed + 1), dtype=F64) * 0.9
+    if isinstance(verl_threshold, str):
+        weights = verl_icepop_weights(d["old"], d["rollout"], d["mask"], verl_threshold)
+    else:
+        weights = verl_is_weights(d["old"], d["rollout"], d["mask"], threshold=verl_threshold)
+    ref_w = icepop_reference_weight(d["old"], d["rollout"], low=0.5, high=2.0, cap=cap)
+    G = shape[0]
+    if name == "triplet_clip":
+        knobs = TripletClipConfig(eps_neg_low=0.2, eps_neg_high=3.0, eps_pos_high=0.28, is_cap=cap, **ICEPOP)
+        cfg = actor_config(knobs, loss_scale_factor=shape[1], global_batch_info={"global_batch_size": G})
+
+        def ours(lp):
+            return compute_triplet_clip_loss(d["old"], lp, d["adv"], d["mask"], "token-mean", cfg, weights)
+
+        def ref(lp):
+            return triplet_reference(
+                d["old"], lp, d["adv"], d["mask"], ref_w,
+                eps_neg_low=0.2, eps_neg_high=3.0, eps_pos_high=0.28, cap=math.inf, G=G, T_max=shape[1],
+            )  # fmt: skip
+    else:
+        cfg = actor_config(
+            LongcatGSPOConfig(is_cap=cap, **ICEPOP),
+            clip_ratio_low=0.1,
+            clip_ratio_high=0.1,
+            global_batch_info={"global_batch_size": G},
+        )
+
+        def ours(lp):
+            return compute_longcat_gspo_loss(d["old"], lp, d["adv"], d["mask"], "token-mean", cfg, weights)
+
+        def ref(lp):
+            return gspo_token_is_reference(
+                d["old"], lp, d["adv"], d["mask"], ref_w, eps_low=0.1, eps_high=0.1, cap=math.inf, G=G
+            )
+
+    return ours, ref, d, ref_w
+
+
+@pytest.mark.parametrize("name", ["triplet_clip", "longcat_gspo"])
+@pytest.mark.parametrize("verl_threshold", ["0.5_2.0", "0.25_8.0", 3.0])  # verl's IcePop, wider, TIS above β
+@pytest.mark.parametrize("cap", [1.5, math.inf])  # C inside [α, β] (truncation bites), or no cap
+@pytest.mark.parametrize("shape", [(3, 7), (8, 33), (16, 128)])
+def test_icepop_matches_formula_and_masked_tokens_get_no_gradient(name, verl_threshold, cap, shape) -> None:
+    ours, ref, d, ref_w = icepop_case(name, shape, verl_threshold, cap, seed_of(name, verl_threshold, cap, shape))
+    value, grad = value_and_grad(lambda lp: ours(lp)[0], d["log_prob"])
+    ref_value, ref_grad = value_and_grad(ref, d["log_prob"])
+    assert_rel(value, ref_value)
+    assert_rel(grad, ref_grad)
+    r = torch.exp(d["old"] - d["rollout"])
+    masked = d["mask"] & ((r < 0.5) | (r > 2.0))
+    assert bool(grad[masked].eq(0).all())
+    _, metrics = ours(d["log_prob"])
+    valid = int(d["mask"].sum())
+    assert metrics["longcat/icepop_masked_frac"] == pytest.approx(int(masked.sum()) / max(valid, 1))
+    if shape[0] >= 8:  # the case exercises both sides of the band and tokens that still train
+        assert bool((d["mask"] & (r < 0.5)).any()) and bool((d["mask"] & (r > 2.0)).any())
+        assert bool(grad[d["mask"] & ~masked].ne(0).any())
+
+
+@pytest.mark.parametrize("name", ["triplet_clip", "longcat_gspo"])
+def test_icepop_masked_token_changes_nothing(name) -> None:
+    """A token IcePop masks adds nothing: flipping its advantage (and, for the token-level
+    triplet_clip, moving its log-prob) leaves the loss and every gradient exactly as they were.
+    (GSPO's sequence ratio s_i is a mean over all of the sequence's tokens, masked or not: the
+    "zero" variant masks a token's term, not its share of s_i.)"""
+    ours, _, d, _ = icepop_case(name, (8, 33), "0.5_2.0", 1.5, seed=7)
+    r = torch.exp(d["old"] - d["rollout"])
+    masked = d["mask"] & ((r < 0.5) | (r > 2.0))
+    i, t = (int(x) for x in masked.nonzero()[0])
+    before_value, before_grad = value_and_grad(lambda lp: ours(lp)[0], d["log_prob"])
+    d["adv"][i, t] = -5.0 * d["adv"][i, t] - 1.0
+    if name == "triplet_clip":
+        d["log_prob"][i, t] += 0.7
+    after_value, after_grad = value_and_grad(lambda lp: ours(lp)[0], d["log_prob"])
+    assert torch.equal(before_value, after_value) and torch.equal(before_grad, after_grad)
+
+
+def test_icepop_without_rollout_weights_fails_naming_what_to_set() -> None:
+    d = make_batch((3, 7))
+    cfg = actor_config(LongcatGSPOConfig(**ICEPOP), clip_ratio=0.2, global_batch_info={"global_batch_size": 3})
+    with pytest.raises(ValueError, match=r"policy_loss\.icepop.*rollout_is: token"):
+        compute_longcat_gspo_loss(d["old"], d["log_prob"], d["adv"], d["mask"], "token-mean", cfg, None)
+
+
+@pytest.mark.parametrize(
+    ("kwargs", "key"),
+    [
+        ({"icepop_low": 0.0}, "icepop_low"),
+        ({"icepop_high": math.inf}, "icepop_high"),
+        ({"icepop_low": 1.2}, "icepop_low < 1"),
+        ({"icepop_high": 0.9}, "icepop_high"),
+        ({"icepop": "yes"}, "icepop must be true or false"),
+    ],
+)
+def test_icepop_knobs_are_validated_naming_the_key(kwargs, key) -> None:
+    for cls in (TripletClipConfig, LongcatGSPOConfig):
+        with pytest.raises(ValueError, match=rf"actor_rollout_ref\.actor\.policy_loss\.{key}"):
+            cls(**kwargs)
+
+
+@pytest.mark.parametrize(
+    ("rollout_correction", "problem"),
+    [
+        ({"rollout_is": "token", "rollout_is_threshold": "0.5_2.0", "bypass_mode": False}, None),
+        ({"rollout_is": "token", "rollout_is_threshold": "0.4_6", "bypass_mode": False}, None),
+        ({"rollout_is": "token", "rollout_is_threshold": 2.5, "bypass_mode": False}, None),
+        ({"rollout_is": "token", "rollout_is_threshold": 2.0, "bypass_mode": False}, "rollout_is_threshold"),
+        ({"rollout_is": "token", "rollout_is_threshold": "0.6_2.0", "bypass_mode": False}, "narrower"),
+        ({"rollout_is": "token", "rollout_is_threshold": "0.5_2.0", "bypass_mode": True}, "bypass_mode"),
+        ({"rollout_is": "sequence", "rollout_is_threshold": "0.5_2.0"}, "rollout_is"),
+        (None, "rollout_is"),
+    ],
+)
+def test_icepop_config_check_before_ray(rollout_correction, problem) -> None:
+    cfg = {
+        "algorithm": {"rollout_correction": rollout_correction},
+        "actor_rollout_ref": {"actor": {"policy_loss": {"loss_mode": "longcat_gspo", **ICEPOP}}},
+    }
+    for fn in (compute_longcat_gspo_loss, compute_triplet_clip_loss):
+        problems = fn.check_config(cfg)
+        if problem is None:
+            assert problems == []
+        else:
+            assert len(problems) == 1 and problem in problems[0] and problems[0].startswith("algorithm.")
+    cfg["actor_rollout_ref"]["actor"]["policy_loss"]["icepop"] = False
+    assert compute_longcat_gspo_loss.check_config(cfg) == []

@@ -201,3 +201,16 @@ def test_bad_knob_in_a_recipe_fails_naming_the_key() -> None:
     cfg = compose(REPO / "configs" / "triplet_clip.yaml", ["actor_rollout_ref.actor.policy_loss.eps_neg_high=0.9"])
     with pytest.raises(InstantiationException, match=r"actor_rollout_ref\.actor\.policy_loss\.eps_neg_high"):
         omega_conf_to_dataclass(cfg.actor_rollout_ref.actor)
+
+
+@pytest.mark.parametrize("recipe", RECIPES)
+def test_icepop_needs_verl_ratios_up_to_its_upper_bound(recipe: str) -> None:
+    """IcePop on with the recipe's TIS threshold (C = 2 < β = 5) hides the tokens above β from
+    the loss: validate exits 2 naming verl's threshold key; with verl's own IcePop bounds it passes."""
+    path = str(REPO / "configs" / f"{recipe}.yaml")
+    on = "actor_rollout_ref.actor.policy_loss.icepop=true"
+    proc = run_cli("validate", path, on)
+    assert proc.returncode == 2, proc.stdout + proc.stderr
+    assert "algorithm.rollout_correction.rollout_is_threshold" in proc.stdout + proc.stderr
+    proc = run_cli("validate", path, on, "algorithm.rollout_correction.rollout_is_threshold='0.5_5.0'")
+    assert proc.returncode == 0, proc.stdout + proc.stderr

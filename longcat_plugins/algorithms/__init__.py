@@ -1,7 +1,8 @@
 """The built-in algorithms family (the LongCat-Flash-Thinking objectives); exposed as plugin ``longcat.algorithms`` by :mod:`longcat_plugins.builtins`.
 
 * ``triplet_clip`` (policy loss; first report, "Training Objective"): :mod:`.triplet_clip`
-* ``longcat_gspo`` (policy loss; 2601 report §3.3.1): :mod:`.gspo`, a preset over verl's ``gspo``
+* ``longcat_gspo`` (policy loss; 2601 report §3.3.1): :mod:`.gspo`, verl's ``gspo`` objective with the paper's aggregation and a written-out gradient
+* IcePop masking and the truncated IS cap, options of both policy losses: :mod:`.importance`
 * ``longcat_grpo`` (advantage estimator; masking and oversampled groups): :mod:`.advantages`, validity rules in :mod:`.validity`
 """
 

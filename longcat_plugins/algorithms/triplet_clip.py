@@ -6,7 +6,8 @@
     Â < 0:  f = max( min( r·Â, clip(r, 1-ε_neg_low, 1+ε_pos_high)·Â ), ε_neg_high·Â )
                                                                                = Â·clip(r, 1-ε_neg_low, ε_neg_high)
 
-r_it(θ) = π_θ/π_old per token; r_it(μ) = π_train/π_inference (A3, see :mod:`.importance`);
+r_it(θ) = π_θ/π_old per token; r_it(μ) = π_train/π_inference (A3, see :mod:`.importance`; with
+``icepop`` on, min(r_it(μ), C) becomes min(r_it(μ), C)·1[α ≤ r_it(μ) ≤ β]);
 G = sequences in the global mini-batch; T_max = maximum generation length; no KL term.
 
 Reading of the paper: its formula prints the dual-clip ``max(·, ε_neg_high·Â)`` around every
@@ -38,22 +39,25 @@ from typing import Any
 
 import torch
 from omegaconf import DictConfig
-from verl.workers.config.actor import PolicyLossConfig
 
-from longcat_plugins.algorithms.importance import cap_is_weights, validate_is_cap
+from longcat_plugins.algorithms.importance import (
+    KEY_PREFIX,
+    ISConfig,
+    check_rollout_correction,
+    correct_is_weights,
+    is_knobs_from_mapping,
+)
 
 __all__ = ["TripletClipConfig", "compute_triplet_clip_loss", "KEY_PREFIX"]
 
-#: where these knobs live in a verl config, for error messages
-KEY_PREFIX = "actor_rollout_ref.actor.policy_loss"
-
 
 @dataclass
-class TripletClipConfig(PolicyLossConfig):
+class TripletClipConfig(ISConfig):
     """Knobs of ``triplet_clip``; select with ``policy_loss._target_`` (verl rejects unknown plain keys).
 
     Defaults are not from the paper (it gives none): ε_neg_low and ε_pos_high follow DAPO's
     clip-higher (0.2 / 0.28), ε_neg_high verl's dual-clip default 3.0, C verl's TIS default 2.0.
+    ``is_cap`` and the IcePop knobs are :class:`~longcat_plugins.algorithms.importance.ISConfig`'s.
     """
 
     loss_mode: str = "triplet_clip"
@@ -63,10 +67,9 @@ class TripletClipConfig(PolicyLossConfig):
     eps_neg_high: float = 3.0
     #: ratio upper bound 1+ε_pos_high for positive advantages
     eps_pos_high: float = 0.28
-    #: C, the cap of the truncated engine-mismatch IS weight min(π_train/π_inference, C)
-    is_cap: float = 2.0
 
     def __post_init__(self) -> None:
+        super().__post_init__()
         for name in ("eps_neg_low", "eps_pos_high"):
             value = getattr(self, name)
             if not (_is_number(value) and value >= 0):
@@ -81,7 +84,6 @@ class TripletClipConfig(PolicyLossConfig):
                 f"{KEY_PREFIX}.eps_neg_high must be > 1 (the dual-clip ratio bound for negative advantages), "
                 f"got {self.eps_neg_high!r}"
             )
-        validate_is_cap(self.is_cap, f"{KEY_PREFIX}.is_cap")
 
 
 def _is_number(value: Any) -> bool:
@@ -102,8 +104,8 @@ def compute_triplet_clip_loss(
     ``loss_agg_mode`` is accepted for verl's signature and ignored: the denominator is part of
     the objective. Metrics: ``longcat/triplet/{pos_high,neg_low,neg_dual}_clipfrac`` (fraction of
     valid tokens whose ratio is outside that bound, so the token gives no gradient),
-    ``longcat/is_truncated_frac``, and verl's usual ``actor/pg_clipfrac``, ``actor/ppo_kl``,
-    ``actor/pg_clipfrac_lower`` with vanilla's meaning.
+    ``longcat/is_truncated_frac``, with ``icepop`` on ``longcat/icepop_masked_frac``, and verl's usual
+    ``actor/pg_clipfrac``, ``actor/ppo_kl``, ``actor/pg_clipfrac_lower`` with vanilla's meaning.
     """
     from verl.trainer.ppo.core_algos import agg_loss  # lazily: its import runs the bridge, which loads us
 
@@ -132,8 +134,8 @@ def compute_triplet_clip_loss(
     # the ratio each token's objective uses; outside its bounds the clipped branch is constant in θ
     effective_ratio = torch.where(negative, ratio.clamp(lower, upper_neg), ratio.clamp(max=upper_pos))
     pg_losses = -advantages * effective_ratio
-    mask = response_mask.bool()
-    weights, n_truncated = cap_is_weights(rollout_is_weights, knobs.is_cap)
+    mask = response_mask if response_mask.dtype == torch.bool else response_mask.bool()
+    weights, n_truncated, n_masked = correct_is_weights(rollout_is_weights, mask, knobs)
     if weights is not None:
         pg_losses = pg_losses * weights
     loss = agg_loss(
@@ -152,12 +154,16 @@ def compute_triplet_clip_loss(
                 (positive & (ratio > upper_pos) & mask).sum(),
                 (negative & (ratio < lower) & mask).sum(),
                 (negative & (ratio > upper_neg) & mask).sum(),
-                n_truncated if n_truncated is not None else mask.new_zeros((), dtype=torch.long),
+                mask.sum(),
+                torch.where(mask, log_ratio, 0.0).sum(dtype=torch.float64),
+                *(c for c in (n_truncated, n_masked) if c is not None),
             ]
-        ).tolist()
-        n_tokens = max(int(mask.sum()), 1)
-        ppo_kl = -(log_ratio * mask).sum().item() / n_tokens
-    pos_high, neg_low, neg_dual, truncated = (c / n_tokens for c in counts)
+        ).tolist()  # the one host sync
+    pos_high, neg_low, neg_dual, n_tokens, log_ratio_sum, *rest = counts
+    n_tokens = max(n_tokens, 1)
+    pos_high, neg_low, neg_dual = (c / n_tokens for c in (pos_high, neg_low, neg_dual))
+    truncated = rest.pop(0) / n_tokens if n_truncated is not None else 0.0
+    ppo_kl = -log_ratio_sum / n_tokens
     metrics = {
         "longcat/triplet/pos_high_clipfrac": pos_high,
         "longcat/triplet/neg_low_clipfrac": neg_low,
@@ -167,10 +173,12 @@ def compute_triplet_clip_loss(
         "actor/ppo_kl": ppo_kl,
         "actor/pg_clipfrac_lower": neg_dual,
     }
+    if n_masked is not None:
+        metrics["longcat/icepop_masked_frac"] = rest.pop(0) / n_tokens
     return loss, metrics
 
 
-_KNOBS = ("eps_neg_low", "eps_neg_high", "eps_pos_high", "is_cap")
+_KNOBS = ("eps_neg_low", "eps_neg_high", "eps_pos_high")
 
 
 def _knobs(config: Any) -> TripletClipConfig:
@@ -180,9 +188,15 @@ def _knobs(config: Any) -> TripletClipConfig:
     if isinstance(policy_loss, TripletClipConfig):
         return policy_loss
     if isinstance(policy_loss, dict | DictConfig) and "eps_neg_high" in policy_loss:  # not yet a dataclass
-        return TripletClipConfig(**{f: policy_loss[f] for f in _KNOBS if f in policy_loss})
+        return TripletClipConfig(
+            **{f: policy_loss[f] for f in _KNOBS if f in policy_loss}, **is_knobs_from_mapping(policy_loss)
+        )
     raise ValueError(
         f"loss_mode triplet_clip needs {KEY_PREFIX}._target_: "
         f"{TripletClipConfig.__module__}.{TripletClipConfig.__qualname__} (got {type(policy_loss).__name__}); "
-        "its knobs eps_neg_low, eps_neg_high, eps_pos_high, is_cap live there"
+        "its knobs eps_neg_low, eps_neg_high, eps_pos_high, is_cap, icepop, icepop_low, icepop_high live there"
     )
+
+
+#: checked before Ray by ``longcat-plugins`` (``config.validate_verl_selections``): IcePop needs verl's ratios
+compute_triplet_clip_loss.check_config = check_rollout_correction  # type: ignore[attr-defined]
