@@ -181,7 +181,10 @@ def build_model(out_dir: Path, size: str, seed: int = 0, tie_embeddings: bool = 
         num_hidden_layers=spec.num_hidden_layers,
         num_attention_heads=spec.num_attention_heads,
         num_key_value_heads=spec.num_attention_heads,
-        max_position_embeddings=1024,
+        # the tool-agent recipe's prompts reach ~4.6K tokens: vLLM refuses a request past the
+        # model's positions (transformers' RoPE runs on silently), and plain RoPE does not depend
+        # on this number, so a larger one changes no weight and no output
+        max_position_embeddings=8192,
         bos_token_id=tokenizer.bos_token_id,
         eos_token_id=tokenizer.eos_token_id,
         pad_token_id=tokenizer.pad_token_id,
