@@ -212,6 +212,9 @@ def validate_verl_selections(cfg: Mapping[str, Any], host: Any) -> list[ConfigPr
                 problems.append(ConfigProblem(f"{node_path}.name", _unknown_name(kind, node["name"], ours, host)))
     for component in host.components(kind="val_metric"):  # active in every recipe, not selected by a key
         problems.extend(_component_config_problems(component, cfg))
+    from longcat_plugins.algorithms.masking import config_problems
+
+    problems += [ConfigProblem(key, message) for key, message in config_problems(cfg)]
     return problems
 
 
