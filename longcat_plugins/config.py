@@ -270,11 +270,12 @@ def host_for_section(section: Mapping[str, Any] | None) -> Any:
 
 
 def validate_config(
-    cfg: Any, *, check_verl_names: bool = True, cpu_preflight: bool = False
+    cfg: Any, *, check_verl_names: bool = True, cpu_preflight: bool = False, check_contracts: bool = True
 ) -> tuple[list[ConfigProblem], Any]:
     """All problems of a composed config (the ``longcat:`` section, the stock keys naming our
-    components, and with ``cpu_preflight`` what cannot run on the CPU runtime), and the host
-    the config selects."""
+    components, the selected components' contracts with verl (each called once on a synthetic
+    batch, see :mod:`longcat_plugins.contracts`), and with ``cpu_preflight`` what cannot run on
+    the CPU runtime), and the host the config selects."""
     from longcat_plugins.host import Host
     from longcat_plugins.selection import Selection
 
@@ -295,6 +296,11 @@ def validate_config(
                 ]
     if check_verl_names:
         problems += validate_verl_selections(plain, host)
+    if check_verl_names and check_contracts and not problems:
+        # the components the recipe selects, called once the way verl will (longcat_plugins.contracts)
+        from longcat_plugins.contracts import config_problems
+
+        problems += config_problems(host, plain)
     if cpu_preflight:
         from longcat_plugins.runtime.preflight import check_cpu_config
 
