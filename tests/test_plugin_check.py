@@ -130,6 +130,16 @@ def test_the_fixture_checks_a_plugin_before_any_run(longcat_host: HostFactory) -
     longcat_host(builtins=True, check=True)  # the built-ins are not the test's plugins: nothing to check
 
 
+def test_the_documented_outside_plugin_keeps_its_contracts(
+    longcat_host: HostFactory, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.syspath_prepend(str(REPO / "tests" / "outside_plugin"))
+    import outside_plugin
+
+    host = longcat_host(outside_plugin, check=True)
+    assert {c.ref for c in host.components()} >= {"algorithm:clipped_reinforce", "reward:last_line"}
+
+
 CAPPED_PLUGIN = """
 from dataclasses import dataclass
 import torch

@@ -317,3 +317,20 @@ def test_validate_refuses_an_unmasked_estimator_where_the_seam_cannot_apply(monk
     problems = {p.path: p.message for p in validate_config(compose(recipe))[0]}
     assert "Use algorithm.adv_estimator: longcat_grpo" in problems["algorithm.adv_estimator"]
     assert validate_config(compose(recipe, ["algorithm.adv_estimator=longcat_grpo"]))[0] == []
+
+
+def test_the_legacy_trainers_batch_is_counted_in_compute_advantage(longcat_host: HostFactory) -> None:
+    """The legacy trainer keeps the reward extra info in ``non_tensor_batch``: the wrapped
+    ``compute_advantage`` counts it and stops the step above the share."""
+    from verl.trainer.ppo import ray_trainer
+
+    longcat_host(builtins=True, activate=True)  # default share 0.2
+    infos = _infos(1, 3)  # 25% failed
+    data = grpo_data([math.nan, 1.0, 0.0, 0.5], ["a"] * 4)
+    for key in (VALID_KEY, FAILED_KEY, NAME_KEY, ERROR_KEY):
+        data.non_tensor_batch[key] = np.array([info[key] for info in infos], dtype=object)
+    with pytest.raises(failures.RewardFailuresError, match=r"legacy trainer\): reward 'flaky' raised on 1 of 4"):
+        ray_trainer.compute_advantage(data, "grpo")
+    longcat_host(builtins=True, activate=True, settings={"reward": {"failures": {"max_failed_share": 0.25}}})
+    adv = ray_trainer.compute_advantage(data, "grpo").batch["advantages"]
+    assert torch.isfinite(adv).all() and (adv[0] == 0).all()
