@@ -401,7 +401,9 @@ def score_problems(result: Any) -> list[str]:
 
 
 def _check_reward_function(component: Component, cfg: Mapping[str, Any]) -> list[str]:
-    kwargs = dict(select(cfg, "reward.custom_reward_function.reward_kwargs") or {})
+    custom = select(cfg, "reward.custom_reward_function") or {}
+    selected = custom.get("path") == "pkg://longcat_plugins.reward_functions" and custom.get("name") == component.name
+    kwargs = dict(custom.get("reward_kwargs") or {}) if selected else {}  # the recipe's kwargs are for its reward
     return check_reward_callable(component.target, kwargs)
 
 
