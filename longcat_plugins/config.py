@@ -114,8 +114,8 @@ def validate_section(section: Any, host: Any = None, where: str = SECTION) -> li
             component = known[name][0]
             if len(known[name]) > 1:  # installed twice: the settings are for the one the selection keeps
                 if selected is None:
-                    selected = host if host is not None else _host_of(section, where)
-                component = selected._enabled.get((Family(fam), name))
+                    selected = host if host is not None else host_for_section(selection_part(section, where))
+                component = next((c for c in selected.components(fam) if c.name == name), None)
                 if component is None:
                     continue  # disabled or still clashing: the clash itself is reported where it is found
             if component.kind == "policy_loss" and raw:
@@ -136,14 +136,6 @@ def selection_part(section: Mapping[str, Any] | None, where: str = SECTION) -> d
     part = {k: section[k] for k in ("enable", "disable", "autoload") if k in section}
     bad = {p.path.split("[")[0] for p in check_mapping(part, LongcatSection, where)}
     return {k: v for k, v in part.items() if f"{where}.{k}" not in bad}
-
-
-def _host_of(section: Mapping[str, Any], where: str) -> Any:
-    """The host the section's selection (plus this process's environment overrides) gives."""
-    from longcat_plugins.host import Host
-    from longcat_plugins.selection import Selection
-
-    return Host(Selection.from_section(selection_part(section, where)).with_env_overrides()).load()
 
 
 #: policy-loss knobs have one home, verl's own actor config, because that is what verl hands the loss
@@ -276,14 +268,12 @@ def validate_config(
     components, the selected components' contracts with verl (each called once on a synthetic
     batch, see :mod:`longcat_plugins.contracts`), and with ``cpu_preflight`` what cannot run on
     the CPU runtime), and the host the config selects."""
-    from longcat_plugins.host import Host
-    from longcat_plugins.selection import Selection
 
     plain = to_plain(cfg) or {}
     section = plain.get(SECTION)
     problems = validate_section(section)
     if problems:  # still check the stock keys, against what the section's well-typed selection enables
-        host = Host(Selection.from_section(selection_part(section)).with_env_overrides()).load()
+        host = host_for_section(selection_part(section))
     else:
         host = host_for_section(section)
         if (section or {}).get("strict", True):
