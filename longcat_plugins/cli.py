@@ -248,6 +248,70 @@ ROLLOUT_OPTION = click.option(
 
 
 @main.command()
+@click.option("--config", "config", type=click.Path(dir_okay=False), help="a recipe: its selection, knobs and reward")
+@click.argument("overrides", nargs=-1)
+def check(config: str | None, overrides: tuple[str, ...]) -> None:
+    """Call every enabled policy loss, advantage estimator, reward function and reward manager
+    once, the way verl calls it, on a small synthetic batch; with --config, the recipe's own
+    selection and knobs, and its reward.custom_reward_function. Exits 1 on any problem."""
+    import time
+
+    from longcat_plugins.config import SECTION, compose, host_for_section, to_plain
+    from longcat_plugins.contracts import check_custom_function, check_host
+
+    start = time.perf_counter()
+    cfg: dict[str, Any] = {}
+    if config is None:
+        if overrides:
+            err_console.print("[red]overrides need --config[/]")
+            sys.exit(2)
+        host = Host(Selection.from_env()).load()
+    else:
+        try:
+            cfg = to_plain(compose(_recipe(config), overrides)) or {}
+        except Exception as exc:  # noqa: BLE001 - hydra's errors already say what is wrong
+            err_console.print(f"[red]cannot compose {esc(config)}:[/] {esc(exc)}")
+            sys.exit(2)
+        host = host_for_section(cfg.get(SECTION))
+    set_host(host)
+    import verl  # noqa: F401 - installs the bridge
+
+    from longcat_plugins.verl_bridge import bridge
+
+    bridge.sync(host)
+    table = Table(title="contracts with verl", title_justify="left")
+    for col in ("component", "plugin", "kind", "check", "s"):
+        table.add_column(col, overflow="fold")
+    failures = 0
+    for outcome in check_host(host, cfg):
+        comp = outcome.component
+        verdict = "[green]OK[/]" if outcome.ok else "[red]FAIL[/] " + esc("; ".join(outcome.problems))
+        table.add_row(esc(comp.ref), esc(comp.plugin), esc(comp.kind), verdict, f"{outcome.seconds:.2f}")
+        for message in outcome.messages():
+            failures += 1
+            err_console.print(f"[red]FAIL[/] {esc(message)}")
+    custom = (cfg.get("reward") or {}).get("custom_reward_function") or {}
+    if custom.get("path") and custom.get("path") != "pkg://longcat_plugins.reward_functions":
+        found = check_custom_function(cfg)
+        table.add_row(
+            "reward.custom_reward_function",
+            esc(str(custom.get("path"))),
+            "reward_function",
+            "[green]OK[/]" if not found else "[red]FAIL[/] " + esc("; ".join(found)),
+            "",
+        )
+        for message in found:
+            failures += 1
+            err_console.print(f"[red]FAIL[/] {esc(message)}")
+    console.print(table if table.row_count else "[dim]no enabled components to check[/]")
+    took = time.perf_counter() - start
+    if failures:
+        err_console.print(f"[red]check: {failures} problem(s)[/] ({took:.1f} s)")
+        sys.exit(1)
+    console.print(f"[green]check: every component does what verl expects[/] ({took:.1f} s)")
+
+
+@main.command()
 @click.option("--size", type=SIZE_CHOICES, default="tiny", show_default=True)
 @click.option("--seed", type=int, default=0, show_default=True)
 @click.option(

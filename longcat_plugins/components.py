@@ -25,6 +25,7 @@ __all__ = [
     "RewardManager",
     "RewardFunction",
     "ValidationMetric",
+    "RewardGuard",
     "AgentLoop",
     "Tool",
     "Trainer",
@@ -328,6 +329,18 @@ class ValidationMetric(Component):
 
 
 @dataclass(frozen=True)
+class RewardGuard(Component):
+    """A check on what rewards produced in each training step, active in every recipe (not selected
+    by a key). The built-in ``reward:failures`` counts samples whose reward raised and stops the run
+    above ``longcat.settings.reward.failures.max_failed_share``; disabling it keeps the counting
+    and the masking but never stops a run."""
+
+    family: ClassVar[Family] = Family.REWARD
+    kind: ClassVar[str] = "reward_guard"
+    verl_entry: ClassVar[str] = "trainer step, before the advantages (every recipe)"
+
+
+@dataclass(frozen=True)
 class AgentLoop(Component):
     """An ``AgentLoopBase`` subclass, selected per sample by the dataset's ``agent_name`` column
     (or ``actor_rollout_ref.rollout.agent.default_agent_loop``); it runs in agent-loop workers.
@@ -484,7 +497,7 @@ def schema_from_signature(fn: Any, schema_name: str) -> type | None:
 COMPONENT_TYPES: dict[Family, tuple[type[Component], ...]] = {
     Family.ALGORITHM: (PolicyLoss, AdvantageEstimator),
     Family.SCHEDULER: (Trainer, Sampler, SchedulePolicy),
-    Family.REWARD: (RewardManager, RewardFunction, ValidationMetric),
+    Family.REWARD: (RewardManager, RewardFunction, ValidationMetric, RewardGuard),
     Family.ENVIRONMENT: (AgentLoop, Tool),
     Family.FUSION: (FusionMethod,),
 }

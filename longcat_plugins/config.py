@@ -71,6 +71,7 @@ def validate_section(section: Any, host: Any = None, where: str = SECTION) -> li
         return [ConfigProblem(where, f"expected a mapping, got {type(section).__name__}")]
     problems = check_mapping(section, LongcatSection, where)
     bad = {p.path for p in problems}
+    selected: Any = None  # the host this section selects, built only when a name is installed twice
 
     def well_typed(key: str) -> bool:  # names are checked wherever the schema let them through
         return not any(path == f"{where}.{key}" or path.startswith(f"{where}.{key}[") for path in bad)
@@ -99,7 +100,10 @@ def validate_section(section: Any, host: Any = None, where: str = SECTION) -> li
         if fam not in families:
             problems.append(ConfigProblem(f"{where}.settings.{fam}", "unknown family" + _close(fam, families)))
             continue
-        known = {c.name: c for c, _ in discovery.all_components() if c.family.value == fam}
+        known: dict[str, list[Any]] = {}
+        for c, _ in discovery.all_components():
+            if c.family.value == fam:
+                known.setdefault(c.name, []).append(c)
         for name, raw in (comps or {}).items():
             path = f"{where}.settings.{fam}.{name}"
             if not isinstance(raw, Mapping | None):
@@ -107,14 +111,31 @@ def validate_section(section: Any, host: Any = None, where: str = SECTION) -> li
             if name not in known:
                 problems.append(ConfigProblem(path, f"unknown {fam} component" + _close(name, list(known))))
                 continue
-            if known[name].kind == "policy_loss" and raw:
+            component = known[name][0]
+            if len(known[name]) > 1:  # installed twice: the settings are for the one the selection keeps
+                if selected is None:
+                    selected = host if host is not None else host_for_section(selection_part(section, where))
+                component = next((c for c in selected.components(fam) if c.name == name), None)
+                if component is None:
+                    continue  # disabled or still clashing: the clash itself is reported where it is found
+            if component.kind == "policy_loss" and raw:
                 problems.append(ConfigProblem(path, _LOSS_KNOBS_HOME.format(name=name)))
                 continue
             try:
-                build_settings(known[name], raw or {}, path)
+                build_settings(component, raw or {}, path)
             except ConfigError as exc:
                 problems += exc.problems
     return problems
+
+
+def selection_part(section: Mapping[str, Any] | None, where: str = SECTION) -> dict[str, Any]:
+    """The keys of ``section`` that choose plugins (``enable``, ``disable``, ``autoload``), where
+    they are well typed: a config whose settings are wrong still selects what it says."""
+    if not isinstance(section, Mapping):
+        return {}
+    part = {k: section[k] for k in ("enable", "disable", "autoload") if k in section}
+    bad = {p.path.split("[")[0] for p in check_mapping(part, LongcatSection, where)}
+    return {k: v for k, v in part.items() if f"{where}.{k}" not in bad}
 
 
 #: policy-loss knobs have one home, verl's own actor config, because that is what verl hands the loss
@@ -183,6 +204,9 @@ def validate_verl_selections(cfg: Mapping[str, Any], host: Any) -> list[ConfigPr
                 problems.append(ConfigProblem(f"{node_path}.name", _unknown_name(kind, node["name"], ours, host)))
     for component in host.components(kind="val_metric"):  # active in every recipe, not selected by a key
         problems.extend(_component_config_problems(component, cfg))
+    from longcat_plugins.algorithms.masking import config_problems
+
+    problems += [ConfigProblem(key, message) for key, message in config_problems(cfg)]
     return problems
 
 
@@ -238,19 +262,18 @@ def host_for_section(section: Mapping[str, Any] | None) -> Any:
 
 
 def validate_config(
-    cfg: Any, *, check_verl_names: bool = True, cpu_preflight: bool = False
+    cfg: Any, *, check_verl_names: bool = True, cpu_preflight: bool = False, check_contracts: bool = True
 ) -> tuple[list[ConfigProblem], Any]:
     """All problems of a composed config (the ``longcat:`` section, the stock keys naming our
-    components, and with ``cpu_preflight`` what cannot run on the CPU runtime), and the host
-    the config selects."""
-    from longcat_plugins.host import Host
-    from longcat_plugins.selection import Selection
+    components, the selected components' contracts with verl (each called once on a synthetic
+    batch, see :mod:`longcat_plugins.contracts`), and with ``cpu_preflight`` what cannot run on
+    the CPU runtime), and the host the config selects."""
 
     plain = to_plain(cfg) or {}
     section = plain.get(SECTION)
     problems = validate_section(section)
-    if problems:  # still check the stock keys, against what this environment enables
-        host = Host(Selection().with_env_overrides()).load()
+    if problems:  # still check the stock keys, against what the section's well-typed selection enables
+        host = host_for_section(selection_part(section))
     else:
         host = host_for_section(section)
         if (section or {}).get("strict", True):
@@ -263,6 +286,11 @@ def validate_config(
                 ]
     if check_verl_names:
         problems += validate_verl_selections(plain, host)
+    if check_verl_names and check_contracts and not problems:
+        # the components the recipe selects, called once the way verl will (longcat_plugins.contracts)
+        from longcat_plugins.contracts import config_problems
+
+        problems += config_problems(host, plain)
     if cpu_preflight:
         from longcat_plugins.runtime.preflight import check_cpu_config
 

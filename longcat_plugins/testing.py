@@ -32,6 +32,7 @@ def make_host(
     enable: tuple[str, ...] = (),
     disable: tuple[str, ...] = (),
     settings: Mapping[str, Mapping[str, Mapping[str, Any]]] | None = None,
+    check: bool = False,
 ) -> Host:
     """A host with exactly ``plugins`` (modules or objects, or ``(name, plugin)`` pairs), plus
     the built-ins and/or every installed entry point when asked.
@@ -39,6 +40,10 @@ def make_host(
     ``settings`` is what a user writes under ``longcat.settings`` (``{family: {name: {...}}}``);
     it is validated against the components' schemas here, so a wrong key fails the test at once
     with its key path, and components read it with :func:`longcat_plugins.settings_for`.
+
+    ``check=True`` calls every policy loss, advantage estimator, reward function and reward
+    manager of ``plugins`` once the way verl does (what ``longcat-plugins check`` runs) and raises
+    :class:`~longcat_plugins.contracts.ContractError` listing every problem.
     """
     from longcat_plugins.selection import Rule
 
@@ -67,6 +72,20 @@ def make_host(
         problems = validate_section({"settings": dict(settings)}, host)
         if problems:
             raise ConfigError(problems, "settings=")
+    if check:
+        from longcat_plugins.contracts import ContractError, active, check_component
+
+        mine = {name for name, info in host.plugins.items() if info.distribution == "test"}
+        with active(host):
+            found = [
+                message
+                for comp in host.components()
+                if comp.plugin in mine
+                and comp.kind in ("policy_loss", "adv_estimator", "reward_function", "reward_manager")
+                for message in check_component(comp).messages()
+            ]
+        if found:
+            raise ContractError("\n".join(found))
     return host
 
 

@@ -384,6 +384,14 @@ def _install() -> None:
     except Exception:
         logger.warning("longcat-plugins: installing the validation metrics failed", exc_info=True)
     try:
+        from longcat_plugins.algorithms import masking
+        from longcat_plugins.rewards import failures
+
+        masking.install()  # invalid samples masked out of every estimator's advantages
+        failures.install()  # rewards that raise: invalid samples, counted per step, the run stops above a share
+    except Exception:
+        logger.warning("longcat-plugins: installing the reward-failure guards failed", exc_info=True)
+    try:
         from longcat_plugins import runtime
 
         runtime.install()

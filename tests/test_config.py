@@ -136,3 +136,73 @@ def test_stock_keys_selecting_unknown_or_disabled_names(example_plugin_installed
     cfg = compose(recipe, ["longcat.disable=[algorithm:truncated_reinforce]"])
     msg = paths(validate_config(cfg)[0])["actor_rollout_ref.actor.policy_loss.loss_mode"]
     assert "is disabled by longcat.disable[0]" in msg
+
+
+# -- one name from two plugins: the fix the clash message suggests works (issue 32) ------------
+
+_EXACT = """
+    from dataclasses import dataclass
+    from longcat_plugins import RewardFunction, hookimpl
+
+    @dataclass
+    class ExactConfig:
+        credit: float = 1.0
+
+    def exact(data_source, solution_str, ground_truth, extra_info=None, **kw):
+        '''{who}'''
+        return 1.0
+
+    @hookimpl
+    def register_rewards():
+        return [RewardFunction("exact", exact{config})]
+"""
+
+
+def _two_exacts(site: Path) -> None:
+    from conftest import make_dist
+
+    make_dist(
+        site, "exact-a", {"exact_a": _EXACT.format(who="A.", config=", config=ExactConfig")}, {"exact_a": "exact_a"}
+    )
+    make_dist(site, "exact-b", {"exact_b": _EXACT.format(who="B.", config="")}, {"exact_b": "exact_b"})
+
+
+def _exact_recipe(overrides: list[str]) -> object:
+    return compose(
+        REPO / "configs" / "grpo_arithmetic.yaml",
+        [
+            "reward.custom_reward_function.name=exact",
+            "+longcat.settings={reward: {exact: {credit: 0.5}}}",
+            *overrides,
+        ],
+    )
+
+
+def test_disabling_one_of_two_plugins_that_share_a_name_settles_the_clash(fake_site: Path) -> None:
+    _two_exacts(fake_site)
+    problems, _ = validate_config(_exact_recipe([]))
+    assert any("clash: reward component 'exact'" in p.message for p in problems), problems
+    # the fix the message suggests: the settings are checked against the plugin that stays
+    problems, host = validate_config(_exact_recipe(["+longcat.disable=[exact_b]"]))
+    assert problems == [], problems
+    assert host.get("reward", "exact").plugin == "exact_a"
+    assert host.settings_for("reward", "exact").credit == 0.5
+
+
+def test_the_environment_route_settles_the_clash_too(fake_site: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    _two_exacts(fake_site)
+    monkeypatch.setenv("LONGCAT_PLUGINS_DISABLE", "exact_b")
+    problems, host = validate_config(_exact_recipe([]))
+    assert problems == [], problems
+    assert host.get("reward", "exact").plugin == "exact_a"
+    # keeping the plugin without settings makes the settings wrong, and says so for that one
+    monkeypatch.setenv("LONGCAT_PLUGINS_DISABLE", "exact_a")
+    problems, _ = validate_config(_exact_recipe([]))
+    assert [str(p) for p in problems] == ["longcat.settings.reward.exact: reward:exact takes no settings"]
+
+
+def test_a_bad_setting_does_not_undo_the_sections_own_selection(fake_site: Path) -> None:
+    _two_exacts(fake_site)
+    cfg = _exact_recipe(["+longcat.disable=[exact_b]", "longcat.settings.reward.exact.credit=high"])
+    problems = paths(validate_config(cfg)[0])
+    assert list(problems) == ["longcat.settings.reward.exact.credit"], problems

@@ -17,7 +17,7 @@ import torch
 import verl  # noqa: F401 - loads the bridge, which registers our managers on registry import
 from omegaconf import OmegaConf
 
-from longcat_plugins.rewards.result import ERROR_KEY, NAME_KEY, VALID_KEY
+from longcat_plugins.rewards.result import ERROR_KEY, FAILED_KEY, NAME_KEY, VALID_KEY
 from longcat_plugins.runtime.assets import ensure_assets
 
 PY_ADD = "```python\na, b = map(int, input().split())\nprint(a + b)\n```"
@@ -152,7 +152,7 @@ def test_kind_manager_scores_a_batch_in_verls_reward_loop(model_path: str, manag
     config = make_config(model_path, manager, {"timeout_s": 1.0} if manager == "longcat_math" else None)
     rm_scores, extra, mgr = score_in_verl(config, samples)
     assert type(mgr).__module__ == "longcat_plugins.rewards.managers"
-    assert set(extra) == {"acc", VALID_KEY, ERROR_KEY, NAME_KEY}
+    assert set(extra) == {"acc", VALID_KEY, ERROR_KEY, NAME_KEY, FAILED_KEY}
     check(rm_scores, extra, [s[4] for s in samples])
 
 

@@ -149,6 +149,10 @@ def compute_longcat_grpo_advantage(
     return advantages, advantages
 
 
+#: masks invalid samples itself: verl's compute_advantage hands it the whole batch (see .masking)
+compute_longcat_grpo_advantage.__longcat_masks_invalid__ = True  # type: ignore[attr-defined]
+
+
 def _group_ids(index: Any, non_tensor_batch: Mapping[str, Any] | None) -> np.ndarray:
     """Contiguous group ids for (uid, group id) keys, in first-seen order."""
     uids = list(index.tolist() if hasattr(index, "tolist") else index)

@@ -8,7 +8,7 @@ from longcat_plugins.components import Component
 def components() -> list[Component]:
     """The rewards components this package ships, named by ``module:attr`` so nothing (sympy,
     verl's reward loop) is imported until a component is used."""
-    from longcat_plugins.components import RewardFunction, RewardManager
+    from longcat_plugins.components import RewardFunction, RewardGuard, RewardManager
     from longcat_plugins.evaluation import components as evaluation_components
 
     mod = "longcat_plugins.rewards"
@@ -97,6 +97,14 @@ def components() -> list[Component]:
         for name, module, fn, config, summary in functions
     ]
     out += evaluation_components()
+    out.append(
+        RewardGuard(
+            "failures",
+            f"{mod}.failures:FailureGuard",
+            config=f"{mod}.failures:FailureSettings",
+            summary="Rewards that raise: invalid samples, longcat/reward/failed/<name>, the run stops above a share.",
+        )
+    )
     return out + [
         RewardManager(
             name, f"{mod}.managers:{cls}", config=f"{mod}.managers:{config}" if config else None, summary=summary

@@ -5,8 +5,9 @@ verl's reward-loop worker builds the manager selected by ``reward.reward_manager
 and awaits ``run_single(data)`` per sample. Every manager here returns the same
 ``reward_extra_info`` keys for every sample (verl stacks them by the first sample's keys, so a
 mixed math+code batch with different keys would fail): ``acc``, ``longcat_reward_valid``,
-``longcat_reward_error``, ``longcat_reward_name``. A reward function that raises yields an
-invalid sample (NaN), never a crashed batch or a silent 0.
+``longcat_reward_error``, ``longcat_reward_name``, ``longcat_reward_failed``. A reward function
+that raises yields an invalid sample (NaN, ``longcat_reward_failed = 1``, counted per step by
+:mod:`.failures`), never a crashed batch or a silent 0.
 
 The router dispatches each sample by ``data_source`` (fnmatch patterns, first match wins)
 to a reward by name: a longcat reward component, ``custom`` (the function verl loaded from
@@ -25,7 +26,15 @@ from typing import Any, ClassVar
 from verl import DataProto
 from verl.experimental.reward_loop.reward_manager.base import RewardManagerBase
 
-from longcat_plugins.rewards.result import ERROR_KEY, NAME_KEY, VALID_KEY, RewardSetupError, invalid
+from longcat_plugins.rewards.result import (
+    ERROR_KEY,
+    FAILED_KEY,
+    NAME_KEY,
+    VALID_KEY,
+    RewardSetupError,
+    failed,
+    invalid,
+)
 
 logger = logging.getLogger(__name__)
 
@@ -66,9 +75,10 @@ def normalise(result: Any, name: str) -> tuple[float, dict[str, Any]]:
     else:
         score = float(result[0] if isinstance(result, list | tuple) else result)
         valid, error, acc = (1.0 if math.isfinite(score) else 0.0), "", float(score >= 1.0)
+    raised = float(result.get(FAILED_KEY, 0.0)) if isinstance(result, dict) else 0.0
     if not valid or not math.isfinite(score):
         score, valid, error = float("nan"), 0.0, error or f"{name}: non-finite score"
-    return score, {"acc": acc, VALID_KEY: valid, ERROR_KEY: error, NAME_KEY: name}
+    return score, {"acc": acc, VALID_KEY: valid, ERROR_KEY: error, NAME_KEY: name, FAILED_KEY: raised}
 
 
 def _reward_kwargs(config: Any) -> Any:
@@ -174,8 +184,10 @@ class LongcatRewardManager(RewardManagerBase):
             except RewardSetupError:
                 raise
             except Exception as exc:  # noqa: BLE001 - a failing reward is an invalid sample, not a dead batch
-                logger.warning("reward %s failed on %s: %s", name, data_source, exc)
-                result = invalid(f"{name}: {type(exc).__name__}: {exc}")
+                from longcat_plugins.rewards.failures import warn_first
+
+                result = failed(name, exc)
+                warn_first(name, result[ERROR_KEY])
         score, info = normalise(result, name or "none")
         return {"reward_score": score, "reward_extra_info": info}
 
