@@ -16,7 +16,6 @@ is the precision the decimal was written with: see :func:`scalar_equal`.
 
 from __future__ import annotations
 
-import math
 import random
 import re
 from dataclasses import dataclass
@@ -241,6 +240,7 @@ def _terminates(v: sympy.Expr) -> bool:
     return q == 1
 
 
+_NOT_FINITE = (sympy.oo, -sympy.oo, sympy.zoo, sympy.nan)
 _ZERO_PREC = 10  # evalf bits left when a difference cancelled to nothing: an exact zero simplify missed
 
 
@@ -261,9 +261,11 @@ def _numbers_equal(a: sympy.Expr, b: sympy.Expr, a_dec: Decimal | None, b_dec: D
             return True
         d: sympy.Expr = a - b
     else:
-        va, vb = complex(sympy.N(a, 20)), complex(sympy.N(b, 20))
-        if not all(map(math.isfinite, (va.real, va.imag, vb.real, vb.imag))):
-            return va == vb  # an infinite or NaN value only equals itself (inf - 1 is no small difference)
+        na, nb = sympy.N(a, 20), sympy.N(b, 20)
+        if na.has(*_NOT_FINITE) or nb.has(*_NOT_FINITE):
+            # an infinite value only equals itself (inf - 1 is no small difference); NaN never equals.
+            # sympy's own values, never Python floats: 10^{400} sqrt 2 and 10^{400} sqrt 3 both overflow a float
+            return bool(na == nb) and not na.has(sympy.nan)
         d = sympy.N(a - b, 30, maxn=300)
         if _is_zero(d):
             return True
@@ -431,6 +433,11 @@ def _one_equal(pred: str, gold: str) -> bool:
     based = _base_numerals_equal(pred, gold)
     if based is not None:
         return based
+    g_choice = _CHOICE_ONLY.match(_unwrap_text(gold))
+    if g_choice is not None:
+        p_choice = _CHOICE_THEN_VALUE.match(_unwrap_text(pred))
+        if p_choice is not None and not _CHOICE_IN_TEXT.search(p_choice.group(2) or ""):
+            return (p_choice.group(1) or p_choice.group(3)) == g_choice.group(1)
     g_mat, p_mat = _matrix(gold), _matrix(pred)
     if g_mat is not None or p_mat is not None:
         if g_mat is not None and p_mat is not None:
@@ -482,6 +489,16 @@ def _one_equal(pred: str, gold: str) -> bool:
     except (ValueError, LatexError, SyntaxError, TypeError):
         return False
     return scalars_equal(pred_scalar, gold_scalar)
+
+
+#: AMC's answer choices: a reference ``(C)`` or ``\\textbf{(C)}``; a prediction ``C``, ``(C)``, ``\\textbf{(C) }12``
+_CHOICE_ONLY = re.compile(r"^\(?([A-E])\)?$")
+_CHOICE_THEN_VALUE = re.compile(r"^\(([A-E])\)(.*)$|^([A-E])$", re.DOTALL)
+_CHOICE_IN_TEXT = re.compile(r"\([A-E]\)|\b[A-E]\b")
+
+
+def _unwrap_text(s: str) -> str:
+    return re.sub(r"\\(?:text|textbf|mathrm|mbox|mathbf)\s*\{([^{}]*)\}", r"\1", s).strip()
 
 
 #: ``y``, ``f(x)``, ``f^{-1}(x)``: a left-hand side that only names what the right-hand side is

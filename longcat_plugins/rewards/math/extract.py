@@ -44,7 +44,8 @@ _GSM8K_RE = re.compile(r"^[ \t]*####[ \t]*(?P<rest>[^\n]*)$", re.MULTILINE)
 #: words that take back what was boxed just before them: "\boxed{5}. Wait, it is 6"
 _RETRACTION_RE = re.compile(
     r"\b(?:wait|actually|oops|hold on|mistake|correction|instead|rather|i meant|scratch that|second thought|"
-    r"(?:was|is|that's|that is) (?:wrong|incorrect|not (?:right|correct))|let me re(?:check|do|calculate|consider))\b"
+    r"(?:was|is|that's|that is) (?:wrong|incorrect|not (?:right|correct))|let me re(?:check|do|calculate|consider)|"
+    r"or (?:maybe|perhaps|possibly))\b"
     r"|(?:^|[\s.;:])no[,.!]",
     re.IGNORECASE,
 )
