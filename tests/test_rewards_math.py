@@ -173,6 +173,7 @@ EQUIVALENT = [
     ("6 dozen", "72"),
     ("9 hundred", "900"),
     (r"1.5 \text{ million dollars}", "1500000"),
+    ("5 hundred thousand", "500000"),
     # Unicode minus, NFKC forms, Unicode math signs
     ("\u22123/4", "-0.75"),
     ("x\u00b2+1", "x^2+1"),
@@ -265,6 +266,7 @@ DIFFERENT = [
     (r"3.2 \text{ million}", "3.2"),
     ("5 thousand", "5"),
     ("4 dozen", "4"),
+    ("5 hundred thousand", "500"),  # every multiplier word counts, not only the first
     (r"2 \text{ billion}", r"2 \text{ million}"),
     ("\u22123", "3"),
     ("x\u00b2", "x2"),  # a superscript is a power, not a digit
@@ -304,6 +306,9 @@ ADVERSARIAL = [
     "__import__('os').system('touch /tmp/pwned')",
     "x" * 100000,
     r"10^{10^{10^{10}}}",
+    "9" + "\u2079" * 30,  # a 30-digit power in Unicode superscripts
+    r"0.\overline{" + "9" * 1500 + "}",  # a repeating block past MAX_EXACT_DIGITS
+    r"\sqrt{2} \cdot 10^{10^{7}} + 1",  # exact evaluation of a huge irrational
 ]
 
 
@@ -390,6 +395,29 @@ def test_extraction_is_linear(name: str) -> None:
 
 
 # ---- issue 32: extraction conventions and what a policy could game
+
+
+def test_the_bench_set_is_graded_as_labelled() -> None:
+    """bench/math_equivalence_set.py: 200 items, each class with positives and near misses, all right."""
+    sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "bench"))
+    try:
+        from math_equivalence_set import ITEMS
+    finally:
+        sys.path.pop(0)
+    assert len(ITEMS) == 200
+    for cls in {item.cls for item in ITEMS}:
+        labels = {item.equal for item in ITEMS if item.cls == cls}
+        assert labels == {True, False}, f"class {cls} needs positives and negatives"
+    wrong = []
+    for item in ITEMS:
+        if item.kind == "pair":
+            got = verify(item.text, item.gold, FAST)[0] == "equal"
+        else:
+            got = compute_score("math", item.text, item.gold)["score"] == 1.0
+        if got != item.equal:
+            wrong.append(item)
+    assert not wrong, wrong
+
 
 GSM8K_SOLUTION = "Natalia sold 48 clips in April and half as many in May.\n48 / 2 = 24\n48 + 24 = 72\n#### 72"
 

@@ -327,7 +327,7 @@ _TEXT_UNIT = re.compile(
 )
 _MULTIPLIER_WORDS = "hundreds?|thousands?|millions?|billions?|trillions?|dozens?"
 _PLAIN_UNIT = re.compile(
-    rf"\s+((?:(?:{_MULTIPLIER_WORDS})\s+)?(?:{_UNIT_WORDS}|{_MULTIPLIER_WORDS}))(\^\s*\{{?\s*[23]\s*\}}?|²|³)?\s*$",
+    rf"\s+((?:(?:{_MULTIPLIER_WORDS})\s+){{0,2}}(?:{_UNIT_WORDS}|{_MULTIPLIER_WORDS}))(\^\s*\{{?\s*[23]\s*\}}?|²|³)?\s*$",
     re.IGNORECASE,
 )
 _MATRIX = re.compile(r"^\\begin\{([pbBvV]?matrix|array)\}(?:\{[^{}]*\})?(.*)\\end\{\1\}$", re.DOTALL)
@@ -566,14 +566,15 @@ _MULTIPLIERS = {"hundred": 100, "thousand": 1000, "million": 10**6, "billion": 1
 
 
 def _multiplier(unit: str | None) -> tuple[int, str | None]:
-    """(factor, the rest of the unit) for ``million dollars``; (1, unit) when there is no multiplier word."""
-    if not unit:
-        return 1, unit
-    first, _, rest = unit.partition(" ")
-    factor = _MULTIPLIERS.get(first.rstrip("s"))
-    if factor is None:
-        return 1, unit
-    return factor, rest.strip() or None
+    """(factor, the rest of the unit) for ``million dollars`` or ``hundred thousand``; (1, unit) without one."""
+    factor, rest = 1, unit
+    while rest:
+        first, _, after = rest.partition(" ")
+        word = _MULTIPLIERS.get(first.rstrip("s"))
+        if word is None:
+            break
+        factor, rest = factor * word, after.strip() or None
+    return factor, rest
 
 
 def _unit_value(value: str, unit: str | None) -> str:
