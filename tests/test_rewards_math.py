@@ -198,6 +198,7 @@ EQUIVALENT = [
     (r"1.\overline{27}", r"\frac{14}{11}"),
     (r"0.\overline{142857}", r"\frac17"),
     ("007", "7"),  # AIME's three digits
+    ("1 250 000", "1250000"),  # thousands separated by spaces
 ]
 
 DIFFERENT = [
@@ -260,6 +261,7 @@ DIFFERENT = [
     (r"5\%", r"0.05\%"),
     (r"40\%", "4"),
     (r"12.5\%", "0.0125"),
+    ("0.5 percent", r"50\%"),  # the word marks a percent as the sign does
     (r"5\frac{2}{3}", r"\frac{10}{3}"),  # main read it as the product
     (r"-2\frac13", r"-\frac{5}{3}"),  # the sign belongs to the whole mixed number
     (r"1\frac18", r"\frac18"),
@@ -280,6 +282,8 @@ DIFFERENT = [
     (r"0.\overline{3}", "0.33"),
     (r"0.\overline{16}", r"\frac16"),
     ("070", "7"),
+    ("1 250 001", "1250000"),  # main: 1 * 250 * 1
+    ("2 000", "0"),  # main: the product 2 * 000
 ]
 
 

@@ -63,6 +63,8 @@ _ALLOWED_FUNCS = {
     "I",
 }
 _THOUSANDS = re.compile(r"^-?\d{1,3}(,\d{3})+(\.\d+)?$")
+#: ``1 000 000``: thin-space thousands (SI style), never the product 1 * 000 * 000
+_SPACED_THOUSANDS = re.compile(r"^-?\d{1,3}( \d{3})+(\.\d+)?$")
 _TEXT_NORMALISE = re.compile(r"[\s.,;:!?'\"`]+")
 MAX_LEN = 1000
 
@@ -82,7 +84,7 @@ def normalise(s: str) -> str:
     s = re.sub(r"\s*\\(?:text|mbox)\{\s*(?:and|or)\s*\}\s*", ", ", s)  # 3 \text{ or } 5
     s = re.sub(r"(?<=[\d}])\s+(?:and|or)\s+(?=[-\d\\])", ", ", s)
     s = re.sub(r"\s+", " ", s).strip().rstrip(".").strip()
-    if _THOUSANDS.match(s.replace(" ", "")):
+    if _THOUSANDS.match(s.replace(" ", "")) or _SPACED_THOUSANDS.match(s):
         s = s.replace(",", "").replace(" ", "")
     if re.fullmatch(r"-?0+\d{1,50}", s):  # AIME's 042 is 42 (not an octal literal, not a syntax error)
         s = str(int(s))
