@@ -70,6 +70,9 @@ def warm() -> None:
         (r"\boxed{8}. No, it should be 9.", None),
         (r"\boxed{8}. Actually the count is 9.", None),
         (r"\boxed{8}" + "\n#### 9", None),  # a different GSM8K answer after the box
+        ("#### 8\n#### 9", None),  # two different GSM8K answers
+        ("#### 8\nOops, it is 9.", None),
+        ("#### 8\n#### 8", "8"),
         (r"\boxed{8}. Check: 2 \cdot 4 = 8, as required.", "8"),  # a check after the box is no retraction
     ],
 )

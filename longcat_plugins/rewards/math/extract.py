@@ -10,7 +10,8 @@ never a guess. In order:
    boxes must all hold the same answer (``\\boxed{5} ... \\boxed{6}`` is a hedge: no answer),
    and a box followed by a retraction ("\\boxed{5} ... wait, it is 6") is no answer either:
    the model did not stand by the box, and the value in the prose is not boxed;
-3. otherwise GSM8K's ``#### 42``: the rest of the last such line;
+3. otherwise GSM8K's ``#### 42``: the rest of that line (several such lines must agree, and no
+   retraction may follow, as for boxes);
 4. otherwise an explicit final-answer phrase ("the final answer is", "the answer is",
    ``Answer:`` at the start of a line): the rest of that line, or its one ``$...$`` span
    (several spans are graded together: ``$5$ or $6$`` is a hedge, not 6);
@@ -118,6 +119,13 @@ def boxed_answer(text: str) -> str | None:
     return content
 
 
+def _gsm8k_answer(text: str, lines: list[re.Match[str]]) -> str | None:
+    """The ``#### N`` answer; None when two such lines disagree or a retraction follows (as for boxes)."""
+    if len({_box_key(m.group("rest")) for m in lines}) > 1 or _RETRACTION_RE.search(text, lines[-1].end()):
+        return None
+    return _phrase_answer(lines[-1].group("rest"))
+
+
 def _phrase_answer(line: str) -> str:
     line = line.strip()
     dollars = _DOLLAR_RE.findall(line)
@@ -167,7 +175,7 @@ def extract_answer(
     if _BOX_OPEN.search(text):
         answer = boxed_answer(text)
     elif "####" in text and (gsm := list(_GSM8K_RE.finditer(text))):
-        answer = _phrase_answer(gsm[-1].group("rest"))
+        answer = _gsm8k_answer(text, gsm)
     else:
         phrases = list(_PHRASE_RE.finditer(text))
         answer = _phrase_answer(phrases[-1].group("rest")) if phrases else _final_line_answer(text)
