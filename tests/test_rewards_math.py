@@ -169,6 +169,7 @@ EQUIVALENT = [
     (r"-2\frac{1}{3}", r"-\frac{7}{3}"),
     (r"1\tfrac{1}{8}", "1.125"),
     (r"(1\frac12, 2)", "(1.5, 2)"),
+    ("3 1/4", "3.25"),  # GSM8K's plain-text mixed number
     # multiplier words
     (r"3.2 \text{ million}", "3200000"),
     ("5 thousand", "5000"),
@@ -268,6 +269,7 @@ DIFFERENT = [
     (r"5\frac{2}{3}", r"\frac{10}{3}"),  # main read it as the product
     (r"-2\frac13", r"-\frac{5}{3}"),  # the sign belongs to the whole mixed number
     (r"1\frac18", r"\frac18"),
+    ("3 1/4", "3/4"),  # main: the product 3 * 1/4
     (r"3.2 \text{ million}", "3.2"),
     ("5 thousand", "5"),
     ("4 dozen", "4"),

@@ -2,8 +2,8 @@
 
 sympy's own ``parse_latex`` needs antlr4 4.11 (this environment has 4.9.3, which it rejects) or
 lark; neither is a dependency we want. Answers use a small subset: fractions, roots, powers,
-products, constants, trig/log functions, brackets, mixed numbers (``2\\frac{1}{4}`` is 9/4, as
-in MATH and AMC answers, never the product 1/2) and repeating decimals (``0.\\overline{6}`` is
+products, constants, trig/log functions, brackets, mixed numbers (``2\\frac{1}{4}`` and ``2 1/4``
+are 9/4, as in MATH, AMC and GSM8K answers, never the product 1/2) and repeating decimals (``0.\\overline{6}`` is
 2/3). Anything else is kept as plain text and the equivalence check falls back to string
 comparison.
 """
@@ -201,6 +201,8 @@ def _function_argument(s: str, i: int) -> tuple[str, int]:
 _REPEATING = re.compile(r"(?<![\d.])(\d*)\.(\d*)\s*\\overline\s*(?:\{\s*(\d+)\s*\}|(\d))")
 #: a whole number written right before a fraction of whole numbers: ``2\\frac{1}{4}``, ``3\\tfrac34``
 _MIXED = re.compile(r"(?<![\w.^_}\\])(\d+)\s*\\[dt]?frac\s*(?:\{\s*(\d+)\s*\}|(\d))\s*(?:\{\s*(\d+)\s*\}|(\d))")
+#: the plain-text form GSM8K answers use: ``2 1/4`` (never the product 2 * 1/4)
+_MIXED_PLAIN = re.compile(r"(?<![\w./^_}\\])(\d+)\s+(\d+)\s*/\s*(\d+)(?![\w.(])")
 #: a repeating decimal or mixed number with more digits than this is refused, not expanded
 MAX_EXACT_DIGITS = 200
 
@@ -215,7 +217,10 @@ def _repeating_value(m: re.Match[str]) -> str:
 
 
 def _mixed_value(m: re.Match[str]) -> str:
-    whole, num, den = m.group(1), m.group(2) or m.group(3), m.group(4) or m.group(5)
+    if m.re is _MIXED_PLAIN:
+        whole, num, den = m.group(1), m.group(2), m.group(3)
+    else:
+        whole, num, den = m.group(1), m.group(2) or m.group(3), m.group(4) or m.group(5)
     if len(whole) + len(num) + len(den) > MAX_EXACT_DIGITS:
         raise LatexError(f"mixed number with more than {MAX_EXACT_DIGITS} digits")
     if not 0 < int(num) < int(den):
@@ -229,6 +234,8 @@ def exact_numerals(s: str) -> str:
         s = _REPEATING.sub(_repeating_value, s)
     if "frac" in s:
         s = _MIXED.sub(_mixed_value, s)
+    if "/" in s:
+        s = _MIXED_PLAIN.sub(_mixed_value, s)
     return s
 
 
