@@ -30,7 +30,8 @@ def warm() -> None:
     ("response", "answer"),
     [
         (r"so the result is \boxed{\frac{1}{2}}.", r"\frac{1}{2}"),
-        (r"\boxed{\{1, \{2\}\}} then \boxed{x^{2}+\frac{a}{b}}", r"x^{2}+\frac{a}{b}"),
+        (r"\boxed{\{1, \{2\}\}} then \boxed{\{1, \{2\}\}}", r"\{1, \{2\}\}"),  # the same box twice
+        (r"\boxed{\{1, \{2\}\}} then \boxed{x^{2}+\frac{a}{b}}", None),  # two different boxes: a hedge
         ("The final answer is $42$.", "42"),
         ("Answer: 3/4", "3/4"),
         (r"\boxed 5", "5"),
@@ -52,6 +53,27 @@ def warm() -> None:
         (r"<think>\boxed{1}</think> I am not sure", None),
         ("The answer is \\boxed{", None),
         ("The final answer is $5$ or $6$.", "5 or 6"),  # a hedge, not its last part
+        # issue 32: GSM8K's ####, a final line that is only the answer, several boxes, retractions
+        ("Each box holds 12, so 3 boxes hold 36.\n#### 36", "36"),
+        ("So the total is\n#### 2,450", "2,450"),
+        ("Half of 18 is 9.\n\n9", "9"),
+        ("Summing the terms:\n\n$\\frac{7}{12}$", "\\frac{7}{12}"),
+        ("Hence\n\\[ \\frac{3}{8} \\]", "\\frac{3}{8}"),
+        ("Hence\n$$\n2\\sqrt{3}\n$$", "2\\sqrt{3}"),
+        ("The difference is\n**\u221211**", "-11"),
+        ("we get 4 and 5\nthen 9 more", None),  # a final line of prose is no answer
+        ("candidates\n4 or 5", None),
+        (r"\boxed{8} or perhaps \boxed{9}", None),
+        (r"\boxed{} \boxed{9}", None),  # an empty box beside a full one
+        (r"\boxed{}", None),
+        (r"\boxed{8}. Wait, that is off by one: 9.", None),  # a retraction after the box
+        (r"\boxed{8}. No, it should be 9.", None),
+        (r"\boxed{8}. Actually the count is 9.", None),
+        (r"\boxed{8}" + "\n#### 9", None),  # a different GSM8K answer after the box
+        ("#### 8\n#### 9", None),  # two different GSM8K answers
+        ("#### 8\nOops, it is 9.", None),
+        ("#### 8\n#### 8", "8"),
+        (r"\boxed{8}. Check: 2 \cdot 4 = 8, as required.", "8"),  # a check after the box is no retraction
     ],
 )
 def test_extract_answer(response: str, answer: str | None) -> None:
@@ -126,6 +148,61 @@ EQUIVALENT = [
     ("3 and 5", r"\{3,5\}"),
     ("3+2i", "2i+3"),
     (r"\sqrt{-9}", "3i"),
+    # issue 32: exact numbers are equal only exactly; decimals are the rationals they spell
+    ("3000000", r"3 \times 10^6"),
+    ("2^{40}", "1099511627776"),
+    ("10^{-12}", r"\frac{1}{10^{12}}"),
+    ("0.000001", "10^{-6}"),
+    ("1.250", r"\frac54"),
+    ("2.50", "2.5"),
+    # a decimal against a value with no finite expansion: to the precision written
+    (r"\sqrt{5}", "2.236"),  # the reference rounded to 4 significant digits
+    (r"\frac{2}{7}", "0.286"),
+    ("2.645751", r"\sqrt{7}"),  # a prediction at float precision
+    (r"\pi", "3.1416"),
+    # percent: one side marked is the number or its hundredth
+    (r"12.5\%", "0.125"),
+    (r"40\%", "40"),
+    (r"75 \text{ percent}", "0.75"),
+    # mixed numbers
+    (r"5\frac{2}{3}", r"\frac{17}{3}"),
+    (r"-2\frac{1}{3}", r"-\frac{7}{3}"),
+    (r"1\tfrac{1}{8}", "1.125"),
+    (r"(1\frac12, 2)", "(1.5, 2)"),
+    ("3 1/4", "3.25"),  # GSM8K's plain-text mixed number
+    # multiplier words
+    (r"3.2 \text{ million}", "3200000"),
+    ("5 thousand", "5000"),
+    (r"2 \text{ billion}", r"2 \times 10^9"),
+    ("6 dozen", "72"),
+    ("9 hundred", "900"),
+    (r"1.5 \text{ million dollars}", "1500000"),
+    ("5 hundred thousand", "500000"),
+    # Unicode minus, NFKC forms, Unicode math signs
+    ("\u22123/4", "-0.75"),
+    ("x\u00b2+1", "x^2+1"),
+    ("\u00bd", "0.5"),
+    ("2\u03c0", r"2\pi"),
+    ("\uff13\uff17", "37"),  # full-width digits
+    ("\u221a12", r"2\sqrt3"),
+    # numerals with a base subscript
+    ("110_2", "110_{2}"),
+    ("2012_{3}", "2012_3"),
+    ("17_{8}", "15_{10}"),
+    ("101", "101_{2}"),  # the problem named the base: the same digits
+    ("1111_2", "15"),
+    # function notation on the left-hand side
+    ("g^{-1}(x) = 2x+5", "2x+5"),
+    ("3x-1", "f^{-1}(x)=3x-1"),
+    ("f(x) = x^2 - 4", "x^2-4"),
+    (r"y = \frac{x}{3}", r"f^{-1}(x) = \frac{x}{3}"),
+    # repeating decimals
+    (r"0.\overline{3}", r"\frac13"),
+    (r"0.1\overline{6}", r"\frac16"),
+    (r"1.\overline{27}", r"\frac{14}{11}"),
+    (r"0.\overline{142857}", r"\frac17"),
+    ("007", "7"),  # AIME's three digits
+    ("1 250 000", "1250000"),  # thousands separated by spaces
 ]
 
 DIFFERENT = [
@@ -169,6 +246,49 @@ DIFFERENT = [
     ("3 and 5", "3, 6"),
     ("-i", "i"),
     ("2,3", "23"),
+    # issue 32 near misses: no tolerance between exact numbers, anywhere
+    ("5000001", "5000000"),
+    ("3^{40}+1", "3^{40}"),
+    ("10^{-12}", "0"),
+    ("(7, 2000000)", "(7, 2000001)"),
+    ("[10^{-8}, 1]", "[0, 1]"),
+    ("x^3 + 2000000", "x^3 + 2000001"),
+    ("1.0000001", "1"),
+    (r"\frac{1000000}{1000001}", "1"),
+    (r"\sqrt{5}", "2.2"),  # a reference with 2 significant digits is exact
+    ("2.24", r"\sqrt5"),  # a coarse decimal prediction of an exact answer
+    (r"\frac27", "0.29"),
+    ("3.14", r"\pi"),
+    (r"\sqrt{5}", "2.237"),  # not the rounding of sqrt 5
+    ("0.3333", r"\frac13"),
+    (r"0.3\%", r"30\%"),  # both marked: the numbers must agree
+    (r"5\%", r"0.05\%"),
+    (r"40\%", "4"),
+    (r"12.5\%", "0.0125"),
+    ("0.5 percent", r"50\%"),  # the word marks a percent as the sign does
+    (r"5\frac{2}{3}", r"\frac{10}{3}"),  # main read it as the product
+    (r"-2\frac13", r"-\frac{5}{3}"),  # the sign belongs to the whole mixed number
+    (r"1\frac18", r"\frac18"),
+    ("3 1/4", "3/4"),  # main: the product 3 * 1/4
+    (r"3.2 \text{ million}", "3.2"),
+    ("5 thousand", "5"),
+    ("4 dozen", "4"),
+    ("5 hundred thousand", "500"),  # every multiplier word counts, not only the first
+    (r"2 \text{ billion}", r"2 \text{ million}"),
+    ("\u22123", "3"),
+    ("x\u00b2", "x2"),  # a superscript is a power, not a digit
+    ("110_2", "110_3"),
+    ("6", "110_2"),  # the value in base 10 is not the numeral asked for
+    ("102_2", "11_2"),  # digits not valid in base 2
+    (r"f(x) = \frac{x+1}{2}", r"f^{-1}(x) = \frac{x+1}{2}"),  # the function is not its inverse
+    ("g^{-1}(x) = 2x-5", "2x+5"),
+    ("x = 3", "y = 3"),
+    (r"0.\overline{3}", "0.3"),
+    (r"0.\overline{3}", "0.33"),
+    (r"0.\overline{16}", r"\frac16"),
+    ("070", "7"),
+    ("1 250 001", "1250000"),  # main: 1 * 250 * 1
+    ("2 000", "0"),  # main: the product 2 * 000
 ]
 
 
@@ -195,6 +315,9 @@ ADVERSARIAL = [
     "__import__('os').system('touch /tmp/pwned')",
     "x" * 100000,
     r"10^{10^{10^{10}}}",
+    "9" + "\u2079" * 30,  # a 30-digit power in Unicode superscripts
+    r"0.\overline{" + "9" * 1500 + "}",  # a repeating block past MAX_EXACT_DIGITS
+    r"\sqrt{2} \cdot 10^{10^{7}} + 1",  # exact evaluation of a huge irrational
 ]
 
 
@@ -278,6 +401,61 @@ def test_extraction_is_linear(name: str) -> None:
     large = best_of_3(response * 10)  # a quadratic scan (main: 3-4 s at 20k chars) would take minutes
     assert small < 0.1, f"{len(response)} chars took {small:.3f}s"
     assert large < max(50 * small, 1.0), f"10x input took {large:.3f}s ({large / max(small, 1e-9):.0f}x)"
+
+
+# ---- issue 32: extraction conventions and what a policy could game
+
+
+def test_the_bench_set_is_graded_as_labelled() -> None:
+    """bench/math_equivalence_set.py: 200 items, each class with positives and near misses, all right."""
+    sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "bench"))
+    try:
+        from math_equivalence_set import ITEMS
+    finally:
+        sys.path.pop(0)
+    assert len(ITEMS) == 200
+    for cls in {item.cls for item in ITEMS}:
+        labels = {item.equal for item in ITEMS if item.cls == cls}
+        assert labels == {True, False}, f"class {cls} needs positives and negatives"
+    wrong = []
+    for item in ITEMS:
+        if item.kind == "pair":
+            got = verify(item.text, item.gold, FAST)[0] == "equal"
+        else:
+            got = compute_score("math", item.text, item.gold)["score"] == 1.0
+        if got != item.equal:
+            wrong.append(item)
+    assert not wrong, wrong
+
+
+GSM8K_SOLUTION = "Natalia sold 48 clips in April and half as many in May.\n48 / 2 = 24\n48 + 24 = 72\n#### 72"
+
+
+def test_gsm8k_references_and_answers() -> None:
+    assert compute_score("gsm8k", "She sold 72 clips.\n#### 72", "72")["score"] == 1.0
+    assert compute_score("gsm8k", r"so \boxed{72}", GSM8K_SOLUTION)["score"] == 1.0  # a worked reference
+    assert compute_score("gsm8k", "#### 71", GSM8K_SOLUTION)["score"] == 0.0
+    assert compute_score("gsm8k", "#### 1,250", "1250")["score"] == 1.0
+    assert compute_score("gsm8k", "#### 2.5 million", "2500000")["score"] == 1.0
+
+
+@pytest.mark.parametrize("gold", ["5", "6"])
+def test_a_retracted_box_is_no_answer(gold: str) -> None:
+    """Decision (docs/rewards.md): "\\boxed{5} ... wait, it is 6" credits neither 5 nor 6."""
+    res = compute_score("math", r"The count is \boxed{5}. Wait, I missed one: it is 6.", gold)
+    assert res["score"] == 0.0 and res[VALID_KEY] == 1.0
+
+
+@pytest.mark.parametrize(
+    "response",
+    [r"\boxed{5} \boxed{6}", r"\boxed{6} \boxed{5}", r"\boxed{}", r"\boxed{} \boxed{6}", r"\boxed{6"],
+)
+def test_several_or_empty_boxes_are_never_credited(response: str) -> None:
+    assert compute_score("math", response, "6")["score"] == 0.0
+
+
+def test_the_same_answer_boxed_twice_is_credited() -> None:
+    assert compute_score("math", r"\boxed{6}, so the answer is \boxed{ 6 }.", "6")["score"] == 1.0
 
 
 def test_a_hedged_final_answer_is_not_credited() -> None:

@@ -94,7 +94,9 @@ def compute_score(
     for gold in golds:
         try:
             gold_answer = (
-                extract_answer(gold, cfg.max_response_chars, cfg.max_answer_chars) if "\\boxed" in gold else gold
+                extract_answer(gold, cfg.max_response_chars, cfg.max_answer_chars)
+                if "\\boxed" in gold or "####" in gold  # a worked solution (MATH, GSM8K): its final answer
+                else gold
             )
         except AnswerTooLong as exc:
             return invalid(f"math reward: reference: {exc}")

@@ -4,15 +4,21 @@ Everything here may be slow on adversarial input (``9^9^9^9``, deep nesting): sy
 while parsing and simplification has no time bound. So this module is only ever called from
 :mod:`longcat_plugins.rewards.math.pool`, which enforces the hard time limit by killing the
 worker. The checks, in order: normalised string equality; structure (intervals, sets, tuples,
-unions, equations, comma lists); then per scalar: percentages and degrees as alternatives,
-exact symbolic difference ``simplify(a - b) == 0``, then a numeric fallback at random points.
+unions, equations, comma lists); then per scalar: percentages and degrees, multiplier words,
+exact symbolic difference ``simplify(a - b) == 0``, then exact values at random points.
+
+Exact numbers are compared exactly: a decimal written in an answer is the exact rational it
+spells (``0.5`` is 1/2, ``1.7`` is 17/10), so ``1000001`` never equals ``1000000`` and
+``10^{-9}`` never equals 0, inside tuples, intervals and polynomials too. A tolerance exists
+only between a decimal and a value with no finite decimal expansion (``\\sqrt 2``, 1/3), and it
+is the precision the decimal was written with: see :func:`scalar_equal`.
 """
 
 from __future__ import annotations
 
-import math
 import random
 import re
+from dataclasses import dataclass
 from typing import Any
 
 import sympy
@@ -20,14 +26,16 @@ from sympy.parsing.sympy_parser import (
     convert_xor,
     implicit_multiplication,
     parse_expr,
+    rationalize,
     standard_transformations,
 )
 
-from longcat_plugins.rewards.math.latex import LatexError, latex_to_sympy_text
+from longcat_plugins.rewards.math.latex import LatexError, latex_to_sympy_text, unify_unicode
 
 EQUAL, DIFFERENT, UNPARSABLE_REFERENCE = "equal", "different", "unparsable_reference"
 
-_TRANSFORMS = (*standard_transformations, implicit_multiplication, convert_xor)
+#: ``rationalize``: a decimal literal parses to the exact rational it spells, never a binary float
+_TRANSFORMS = (*standard_transformations, implicit_multiplication, convert_xor, rationalize)
 _GLOBALS: dict[str, Any] = {k: getattr(sympy, k) for k in dir(sympy) if not k.startswith("_")}
 _GLOBALS["__builtins__"] = {}
 _SAFE_CHARS = re.compile(r"^[0-9A-Za-z_+\-*/().,=<>! ]*$")
@@ -55,12 +63,15 @@ _ALLOWED_FUNCS = {
     "I",
 }
 _THOUSANDS = re.compile(r"^-?\d{1,3}(,\d{3})+(\.\d+)?$")
+#: ``1 000 000``: thin-space thousands (SI style), never the product 1 * 000 * 000
+_SPACED_THOUSANDS = re.compile(r"^-?\d{1,3}( \d{3})+(\.\d+)?$")
 _TEXT_NORMALISE = re.compile(r"[\s.,;:!?'\"`]+")
 MAX_LEN = 1000
 
 
 def normalise(s: str) -> str:
     """Cosmetic LaTeX/text normalisation that never changes meaning."""
+    s = unify_unicode(s)
     s = s.strip().strip("$").strip()
     s = re.sub(r"^\\\$\s*", "", s)  # \$5: a currency sign, not part of the value
     for a, b in (("\\dfrac", "\\frac"), ("\\tfrac", "\\frac"), ("\\left", ""), ("\\right", ""), ("\\!", "")):
@@ -73,8 +84,10 @@ def normalise(s: str) -> str:
     s = re.sub(r"\s*\\(?:text|mbox)\{\s*(?:and|or)\s*\}\s*", ", ", s)  # 3 \text{ or } 5
     s = re.sub(r"(?<=[\d}])\s+(?:and|or)\s+(?=[-\d\\])", ", ", s)
     s = re.sub(r"\s+", " ", s).strip().rstrip(".").strip()
-    if _THOUSANDS.match(s.replace(" ", "")):
+    if _THOUSANDS.match(s.replace(" ", "")) or _SPACED_THOUSANDS.match(s):
         s = s.replace(",", "").replace(" ", "")
+    if re.fullmatch(r"-?0+\d{1,50}", s):  # AIME's 042 is 42 (not an octal literal, not a syntax error)
+        s = str(int(s))
     return s
 
 
@@ -147,35 +160,136 @@ def to_sympy(s: str) -> sympy.Expr:
     return expr
 
 
-def _alternatives(raw: str) -> list[sympy.Expr]:
-    """Values an answer may mean: ``50\\%`` is 50 or 1/2; ``30^\\circ`` is 30 or pi/6."""
-    percent = "%" in raw
-    degree = bool(re.search(r"\\circ|°|\\degree", raw))
-    base = to_sympy(raw.replace("\\%", "").replace("%", "").replace("°", ""))
-    values = [base]
-    if percent:
-        values.append(base / 100)
-    if degree:
-        values.append(base * sympy.pi / 180)
-    return values
+@dataclass(frozen=True)
+class Decimal:
+    """A lone decimal as written (``1.414``, ``6.02 \\times 10^{23}``): half a unit in its last place."""
+
+    half_ulp: sympy.Rational
+    significant: int
 
 
-def _numeric_equal(a: sympy.Expr, b: sympy.Expr, rel: float = 1e-6) -> bool:
-    symbols = sorted((a.free_symbols | b.free_symbols), key=str)
-    rng = random.Random(0)
-    for _ in range(3 if symbols else 1):
-        point = {s: sympy.Rational(rng.randint(11, 97), rng.randint(7, 13)) for s in symbols}
-        va, vb = complex(sympy.N(a.subs(point), 30)), complex(sympy.N(b.subs(point), 30))
-        if not all(map(math.isfinite, (va.real, va.imag, vb.real, vb.imag))):
-            if va != vb:  # inf vs 1 passed the tolerance test (inf > inf is False); NaN never equals
-                return False
-        elif abs(va - vb) > rel * max(1.0, abs(vb)):
+_DECIMAL = re.compile(r"^\s*[+-]?(\d*)\.(\d+)\s*(?:(?:\\times|\\cdot|\*)\s*10\s*\^\s*\{?\s*([+-]?\d{1,4})\s*\}?)?\s*$")
+#: a decimal reference with fewer significant digits (``1.7``, ``0.33``) is read as exact, never as a rounding
+MIN_REFERENCE_DIGITS = 3
+#: a decimal prediction of a value with no finite decimal expansion needs float precision (``1.414214``)
+MIN_PREDICTION_DIGITS = 6
+
+
+def decimal_written(raw: str) -> Decimal | None:
+    """The precision of ``raw`` when it is one decimal number; None for anything else (exact)."""
+    m = _DECIMAL.match(raw)
+    if m is None:
+        return None
+    whole, frac, exp = m.group(1), m.group(2), int(m.group(3) or 0)
+    significant = len((whole + frac).lstrip("0")) or 1
+    return Decimal(sympy.Rational(5, 10 ** (len(frac) + 1)) * sympy.Integer(10) ** exp, significant)
+
+
+@dataclass(frozen=True)
+class Scalar:
+    """One parsed scalar answer: its value, a ``%``/degree marker, and its written precision."""
+
+    value: sympy.Expr
+    marker: str = ""  # "%" or "deg"
+    decimal: Decimal | None = None
+
+    def scaled(self, factor: sympy.Expr) -> Scalar:
+        dec = self.decimal
+        if dec is not None and factor.is_Rational:
+            dec = Decimal(dec.half_ulp * abs(factor), dec.significant)
+        return Scalar(self.value * factor, "", dec if factor.is_Rational else None)
+
+
+def parse_scalar(raw: str, multiplier: int = 1) -> Scalar:
+    """``50\\%`` -> (50, "%"), ``30^\\circ`` -> (30, "deg"), ``1.5`` with ``million`` -> 1500000."""
+    marker = "%" if "%" in raw else "deg" if re.search(r"\\circ|°|\\degree", raw) else ""
+    stripped = raw.replace("\\%", "").replace("%", "").replace("°", "")
+    value = to_sympy(stripped)
+    dec = decimal_written(stripped) if not marker else decimal_written(re.sub(r"\^\s*\{?\s*\\circ\s*\}?", "", stripped))
+    if multiplier != 1:
+        value, dec = value * multiplier, None if dec is None else Decimal(dec.half_ulp * multiplier, dec.significant)
+    return Scalar(value, marker, dec)
+
+
+def scalars_equal(pred: Scalar, gold: Scalar) -> bool:
+    """Markers must agree, except that one side alone may carry one.
+
+    ``0.5\\%`` is not ``50\\%`` and ``2\\%`` is not ``0.02\\%`` (both marked: the numbers must
+    match); ``50\\%`` equals ``50`` and ``0.5`` (only one side marked: the number as written, or
+    the fraction it stands for); ``30^\\circ`` equals ``30`` and ``\\frac{\\pi}{6}``.
+    """
+    if pred.marker == gold.marker:
+        return scalar_equal(pred.value, gold.value, pred.decimal, gold.decimal)
+    if pred.marker and gold.marker:
+        return False
+    marked, plain = (pred, gold) if pred.marker else (gold, pred)
+    factor = sympy.Rational(1, 100) if marked.marker == "%" else sympy.pi / 180
+    for m in (Scalar(marked.value, "", marked.decimal), marked.scaled(factor)):
+        p, g = (m, plain) if marked is pred else (plain, m)
+        if scalar_equal(p.value, g.value, p.decimal, g.decimal):
+            return True
+    return False
+
+
+def _terminates(v: sympy.Expr) -> bool:
+    """A rational with a finite decimal expansion (denominator 2^a 5^b)."""
+    if not v.is_Rational:
+        return False
+    q = int(v.q)
+    for f in (2, 5):
+        while q % f == 0:
+            q //= f
+    return q == 1
+
+
+_NOT_FINITE = (sympy.oo, -sympy.oo, sympy.zoo, sympy.nan)
+_ZERO_PREC = 10  # evalf bits left when a difference cancelled to nothing: an exact zero simplify missed
+
+
+def _is_zero(d: sympy.Expr) -> bool:
+    """``d`` (already evaluated) is zero, or cancelled to nothing at 300 digits."""
+    for part in d.as_real_imag():
+        if part == 0:
+            continue
+        if not part.is_Float or getattr(part, "_prec", 999) >= _ZERO_PREC:
             return False
     return True
 
 
-def scalar_equal(a: sympy.Expr, b: sympy.Expr) -> bool:
-    """Symbolic difference first, then numbers at random points (handles forms simplify misses)."""
+def _numbers_equal(a: sympy.Expr, b: sympy.Expr, a_dec: Decimal | None, b_dec: Decimal | None) -> bool:
+    """Two numbers, exactly; a written decimal against a value with no finite expansion, to its precision."""
+    if a.is_Rational and b.is_Rational:
+        if a == b:
+            return True
+        d: sympy.Expr = a - b
+    else:
+        na, nb = sympy.N(a, 20), sympy.N(b, 20)
+        if na.has(*_NOT_FINITE) or nb.has(*_NOT_FINITE):
+            # an infinite value only equals itself (inf - 1 is no small difference); NaN never equals.
+            # sympy's own values, never Python floats: 10^{400} sqrt 2 and 10^{400} sqrt 3 both overflow a float
+            return bool(na == nb) and not na.has(sympy.nan)
+        d = sympy.N(a - b, 30, maxn=300)
+        if _is_zero(d):
+            return True
+    for dec, other, need in ((b_dec, a, MIN_REFERENCE_DIGITS), (a_dec, b, MIN_PREDICTION_DIGITS)):
+        if dec is not None and dec.significant >= need and not _terminates(other) and other.is_real:
+            if bool(abs(d) <= dec.half_ulp):
+                return True
+    return False
+
+
+def scalar_equal(a: sympy.Expr, b: sympy.Expr, a_dec: Decimal | None = None, b_dec: Decimal | None = None) -> bool:
+    """Is prediction ``a`` the reference ``b``? Exact, with one tolerance.
+
+    Symbolic difference first; then, for numbers, exact comparison (a difference that evalf
+    cancels to nothing at 300 digits is an identity simplify missed); for expressions, the
+    same at three random rational points. The one tolerance: a lone decimal against a value with
+    no finite decimal expansion (irrational, or 1/3) may differ by half a unit in the decimal's
+    last written place, when the decimal is the reference and has at least
+    ``MIN_REFERENCE_DIGITS`` significant digits (``1.414`` for ``\\sqrt 2``: the reference was
+    rounded), or is the prediction with at least ``MIN_PREDICTION_DIGITS`` (``1.414214``). A
+    coarser decimal (``1.7`` for ``\\sqrt 3``, ``0.33`` for 1/3) and two decimals are compared exactly.
+    """
     if isinstance(a, sympy.Rel) or isinstance(b, sympy.Rel):
         return type(a) is type(b) and scalar_equal(a.lhs - a.rhs, b.lhs - b.rhs)
     try:
@@ -184,7 +298,15 @@ def scalar_equal(a: sympy.Expr, b: sympy.Expr) -> bool:
     except (TypeError, ValueError, AttributeError):
         pass
     try:
-        return _numeric_equal(a, b)
+        symbols = sorted((a.free_symbols | b.free_symbols), key=str)
+        if not symbols:
+            return _numbers_equal(a, b, a_dec, b_dec)
+        rng = random.Random(0)
+        for _ in range(3):
+            point = {s: sympy.Rational(rng.randint(11, 97), rng.randint(7, 13)) for s in symbols}
+            if not _numbers_equal(a.subs(point), b.subs(point), None, None):
+                return False
+        return True
     except (TypeError, ValueError, ZeroDivisionError, OverflowError):
         return False
 
@@ -205,7 +327,11 @@ _UNIT_WORDS = (
 _TEXT_UNIT = re.compile(
     r"(?:\\[,;:! ]|\s)*\\(?:text|mbox|mathrm|textrm|rm)\s*\{([^{}]*)\}\s*(\^\s*\{?\s*[23]\s*\}?)?\s*$"
 )
-_PLAIN_UNIT = re.compile(rf"\s+({_UNIT_WORDS})(\^\s*\{{?\s*[23]\s*\}}?|²|³)?\s*$", re.IGNORECASE)
+_MULTIPLIER_WORDS = "hundreds?|thousands?|millions?|billions?|trillions?|dozens?"
+_PLAIN_UNIT = re.compile(
+    rf"\s+((?:(?:{_MULTIPLIER_WORDS})\s+){{0,2}}(?:{_UNIT_WORDS}|{_MULTIPLIER_WORDS}))(\^\s*\{{?\s*[23]\s*\}}?|²|³)?\s*$",
+    re.IGNORECASE,
+)
 _MATRIX = re.compile(r"^\\begin\{([pbBvV]?matrix|array)\}(?:\{[^{}]*\})?(.*)\\end\{\1\}$", re.DOTALL)
 _REL = r"(<=|>=|<|>|≤|≥|\\leq?(?![a-z])|\\geq?(?![a-z])|\\lt(?![a-z])|\\gt(?![a-z])|\\leqslant|\\geqslant)"
 _ONE_SIDED = re.compile(rf"^([A-Za-z])\s*{_REL}\s*(.+)$")
@@ -306,6 +432,14 @@ def _one_equal(pred: str, gold: str) -> bool:
     pred, gold = _MEMBER.sub("", pred, count=1), _MEMBER.sub("", gold, count=1)
     if normalise(pred) == normalise(gold) or (_text_key(pred) and _text_key(pred) == _text_key(gold)):
         return True
+    based = _base_numerals_equal(pred, gold)
+    if based is not None:
+        return based
+    g_choice = _CHOICE_ONLY.match(_unwrap_text(gold))
+    if g_choice is not None:
+        p_choice = _CHOICE_THEN_VALUE.match(_unwrap_text(pred))
+        if p_choice is not None and not _CHOICE_IN_TEXT.search(p_choice.group(2) or ""):
+            return (p_choice.group(1) or p_choice.group(3)) == g_choice.group(1)
     g_mat, p_mat = _matrix(gold), _matrix(pred)
     if g_mat is not None or p_mat is not None:
         if g_mat is not None and p_mat is not None:
@@ -336,28 +470,113 @@ def _one_equal(pred: str, gold: str) -> bool:
     g_eq, p_eq = _equation(gold), _equation(pred)
     if g_eq is not None:
         if p_eq is None:
-            # "x = 3" vs "3": compare with the right-hand side when the left is a lone variable
-            return bool(re.fullmatch(r"[A-Za-z]", g_eq[0].strip())) and _one_equal(pred, g_eq[1])
-        if g_eq[0].strip() == p_eq[0].strip():
+            # "x = 3" or "f^{-1}(x) = ..." vs the bare value: compare with the right-hand side
+            return _lhs(g_eq[0]) is not None and _one_equal(pred, g_eq[1])
+        if g_eq[0].strip() == p_eq[0].strip() or _same_function(p_eq[0], g_eq[0]):
             return _one_equal(p_eq[1], g_eq[1])
         gl, gr = to_sympy(g_eq[0]), to_sympy(g_eq[1])
         pl, pr = to_sympy(p_eq[0]), to_sympy(p_eq[1])
         ratio = sympy.simplify((pl - pr) / (gl - gr))
         return bool(ratio.is_number and ratio != 0)
-    if p_eq is not None and re.fullmatch(r"[A-Za-z]", p_eq[0].strip()):
+    if p_eq is not None and _lhs(p_eq[0]) is not None:
         pred = p_eq[1]
     (pred, p_unit), (gold, g_unit) = _split_unit(pred), _split_unit(gold)
+    (p_mult, p_unit), (g_mult, g_unit) = _multiplier(p_unit), _multiplier(g_unit)
     if p_unit and g_unit and _unit_key(p_unit) != _unit_key(g_unit):
         return False
     pred, gold = (_unit_value(pred, p_unit), _unit_value(gold, g_unit))
-    gold_values = _alternatives(gold)
+    gold_scalar = parse_scalar(gold, g_mult)
     try:
-        pred_values = _alternatives(pred)
+        pred_scalar = parse_scalar(pred, p_mult)
     except (ValueError, LatexError, SyntaxError, TypeError):
         return False
-    return any(scalar_equal(p, g) for p in pred_values[:1] for g in gold_values) or any(
-        scalar_equal(p, gold_values[0]) for p in pred_values[1:]
-    )
+    return scalars_equal(pred_scalar, gold_scalar)
+
+
+#: AMC's answer choices: a reference ``(C)`` or ``\\textbf{(C)}``; a prediction ``C``, ``(C)``, ``\\textbf{(C) }12``
+_CHOICE_ONLY = re.compile(r"^\(?([A-E])\)?$")
+_CHOICE_THEN_VALUE = re.compile(r"^\(([A-E])\)(.*)$|^([A-E])$", re.DOTALL)
+_CHOICE_IN_TEXT = re.compile(r"\([A-E]\)|\b[A-E]\b")
+
+
+def _unwrap_text(s: str) -> str:
+    return re.sub(r"\\(?:text|textbf|mathrm|mbox|mathbf)\s*\{([^{}]*)\}", r"\1", s).strip()
+
+
+#: ``y``, ``f(x)``, ``f^{-1}(x)``: a left-hand side that only names what the right-hand side is
+_LHS = re.compile(r"^(?:([A-Za-z])|([A-Za-z])\s*(\^\s*\{?\s*-\s*1\s*\}?)?\s*\(\s*([A-Za-z])\s*\))$")
+
+
+def _lhs(s: str) -> tuple[str, bool, str] | None:
+    """(name, inverse, argument) of a naming left-hand side; argument "" for a lone variable."""
+    m = _LHS.match(s.strip())
+    if m is None:
+        return None
+    if m.group(1):
+        return m.group(1), False, ""
+    return m.group(2), bool(m.group(3)), m.group(4)
+
+
+def _same_function(pred_lhs: str, gold_lhs: str) -> bool:
+    """``f^{-1}(x)`` and ``g^{-1}(x)``, or ``y`` and ``f(x)``: the same thing named; never ``f`` for ``f^{-1}``.
+
+    ``y`` stands for any function of ``x`` (also an inverse, written after swapping variables).
+    """
+    p, g = _lhs(pred_lhs), _lhs(gold_lhs)
+    if p is None or g is None or (not p[2] and not g[2]):
+        return False  # x = 3 vs y = 3: two different variables
+    if p[2] and g[2]:
+        return p[1:] == g[1:]
+    var, func = (p, g) if not p[2] else (g, p)
+    return var[0] == "y" and func[2] == "x"
+
+
+_BASE_NUMERAL = re.compile(r"^([0-9A-Za-z]{1,64})_\{?\s*\(?\s*(\d{1,2})\s*\)?\s*\}?$")
+
+
+def _base_value(digits: str, base: int) -> int | None:
+    try:
+        return int(digits, base) if 2 <= base <= 36 else None
+    except ValueError:
+        return None
+
+
+def _base_numerals_equal(pred: str, gold: str) -> bool | None:
+    """``1011_2`` vs ``1011_{2}``, ``13_8``, ``11``, ``1011``; None when neither side is one.
+
+    Both with a base: the values. Only the reference: the same digits (the problem named the
+    base). Only the prediction: its value against a decimal integer reference.
+    """
+    g, p = _BASE_NUMERAL.match(gold.strip()), _BASE_NUMERAL.match(pred.strip())
+    if g is None and p is None:
+        return None
+    g_val = None if g is None else _base_value(g.group(1), int(g.group(2)))
+    if g is not None and g_val is None:
+        raise ValueError(f"reference {gold!r}: digits not valid in base {g.group(2)}")
+    p_val = None if p is None else _base_value(p.group(1), int(p.group(2)))
+    if p is not None and p_val is None:
+        return False
+    if g is not None and p is not None:
+        return p_val == g_val
+    if g is not None:
+        return pred.strip().upper() == g.group(1).upper()
+    return bool(re.fullmatch(r"\d{1,64}", gold.strip())) and p_val == int(gold.strip())
+
+
+#: multiplier words, as in GSM8K answers (``2.5 million``); ``percent`` is a marker, not a multiplier
+_MULTIPLIERS = {"hundred": 100, "thousand": 1000, "million": 10**6, "billion": 10**9, "trillion": 10**12, "dozen": 12}
+
+
+def _multiplier(unit: str | None) -> tuple[int, str | None]:
+    """(factor, the rest of the unit) for ``million dollars`` or ``hundred thousand``; (1, unit) without one."""
+    factor, rest = 1, unit
+    while rest:
+        first, _, after = rest.partition(" ")
+        word = _MULTIPLIERS.get(first.rstrip("s"))
+        if word is None:
+            break
+        factor, rest = factor * word, after.strip() or None
+    return factor, rest
 
 
 def _unit_value(value: str, unit: str | None) -> str:

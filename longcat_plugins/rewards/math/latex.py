@@ -2,13 +2,17 @@
 
 sympy's own ``parse_latex`` needs antlr4 4.11 (this environment has 4.9.3, which it rejects) or
 lark; neither is a dependency we want. Answers use a small subset: fractions, roots, powers,
-products, constants, trig/log functions, brackets. Anything else is kept as plain text and the
-equivalence check falls back to string comparison.
+products, constants, trig/log functions, brackets, mixed numbers (``2\\frac{1}{4}`` and ``2 1/4``
+are 9/4, as in MATH, AMC and GSM8K answers, never the product 1/2) and repeating decimals (``0.\\overline{6}`` is
+2/3). Anything else is kept as plain text and the equivalence check falls back to string
+comparison.
 """
 
 from __future__ import annotations
 
 import re
+import unicodedata
+from fractions import Fraction
 
 _DROP = (
     r"\left",
@@ -89,6 +93,38 @@ _TRIG = {"sin", "cos", "tan", "cot", "sec", "csc"}
 _DEGREE_SUFFIX = re.compile(r"\s*\^\s*(?:\{\s*\\circ\s*\}|\\circ)|\s*°")
 
 
+_SUPERSCRIPTS = str.maketrans("⁰¹²³⁴⁵⁶⁷⁸⁹⁻⁺", "0123456789-+")
+_SUPERSCRIPT_RUN = re.compile(r"[⁰¹²³⁴⁵⁶⁷⁸⁹⁻⁺]+")
+_UNICODE_MATH = {
+    "\u2212": "-",  # minus sign
+    "\u2044": "/",  # fraction slash (NFKC writes ½ as 1⁄2)
+    "×": "\\times ",
+    "·": "\\cdot ",
+    "⋅": "\\cdot ",
+    "÷": "\\div ",
+    "π": "\\pi ",
+    "∞": "\\infty ",
+    "≠": "\\ne ",
+}
+_SQRT_SIGN = re.compile(r"√\s*(\d+|[A-Za-z]|\{)")
+
+
+def unify_unicode(s: str) -> str:
+    """NFKC and Unicode math signs as the LaTeX they stand for: ``−5`` is ``-5``, ``x²`` is ``x^{2}``.
+
+    Superscripts become powers before NFKC, which would otherwise turn ``x²`` into ``x2``.
+    """
+    if s.isascii():
+        return s
+    s = _SUPERSCRIPT_RUN.sub(lambda m: "^{" + m.group(0).translate(_SUPERSCRIPTS) + "}", s)
+    s = _SQRT_SIGN.sub(lambda m: "\\sqrt" + ("{" if m.group(1) == "{" else "{" + m.group(1) + "}"), s)
+    s = s.replace("√", "\\sqrt")
+    s = unicodedata.normalize("NFKC", s)
+    for a, b in _UNICODE_MATH.items():
+        s = s.replace(a, b)
+    return s
+
+
 class LatexError(ValueError):
     """The input is not LaTeX this translator understands (unbalanced braces, unknown command)."""
 
@@ -161,10 +197,54 @@ def _function_argument(s: str, i: int) -> tuple[str, int]:
     return s[start:i], i
 
 
+#: ``0.1\\overline{6}``, ``.\\overline{3}``, ``1.\\overline{142857}``: digits, point, repeating block
+_REPEATING = re.compile(r"(?<![\d.])(\d*)\.(\d*)\s*\\overline\s*(?:\{\s*(\d+)\s*\}|(\d))")
+#: a whole number written right before a fraction of whole numbers: ``2\\frac{1}{4}``, ``3\\tfrac34``
+_MIXED = re.compile(r"(?<![\w.^_}\\])(\d+)\s*\\[dt]?frac\s*(?:\{\s*(\d+)\s*\}|(\d))\s*(?:\{\s*(\d+)\s*\}|(\d))")
+#: the plain-text form GSM8K answers use: ``2 1/4`` (never the product 2 * 1/4)
+_MIXED_PLAIN = re.compile(r"(?<![\w./^_}\\])(\d+)\s+(\d+)\s*/\s*(\d+)(?![\w.(])")
+#: a repeating decimal or mixed number with more digits than this is refused, not expanded
+MAX_EXACT_DIGITS = 200
+
+
+def _repeating_value(m: re.Match[str]) -> str:
+    whole, fixed, block = m.group(1), m.group(2), m.group(3) or m.group(4)
+    if len(whole) + len(fixed) + len(block) > MAX_EXACT_DIGITS:
+        raise LatexError(f"repeating decimal with more than {MAX_EXACT_DIGITS} digits")
+    value = Fraction(int(whole or "0")) + Fraction(int(fixed or "0"), 10 ** len(fixed))
+    value += Fraction(int(block), 10 ** len(fixed) * (10 ** len(block) - 1))
+    return f"(({value.numerator})/({value.denominator}))"
+
+
+def _mixed_value(m: re.Match[str]) -> str:
+    if m.re is _MIXED_PLAIN:
+        whole, num, den = m.group(1), m.group(2), m.group(3)
+    else:
+        whole, num, den = m.group(1), m.group(2) or m.group(3), m.group(4) or m.group(5)
+    if len(whole) + len(num) + len(den) > MAX_EXACT_DIGITS:
+        raise LatexError(f"mixed number with more than {MAX_EXACT_DIGITS} digits")
+    if not 0 < int(num) < int(den):
+        return m.group(0)  # 2\frac{5}{4} is no mixed number: left to read as a product
+    return f"(({int(whole) * int(den) + int(num)})/({den}))"
+
+
+def exact_numerals(s: str) -> str:
+    """Repeating decimals and mixed numbers as exact fractions, before anything reads them as products."""
+    if "overline" in s:
+        s = _REPEATING.sub(_repeating_value, s)
+    if "frac" in s:
+        s = _MIXED.sub(_mixed_value, s)
+    if "/" in s:
+        s = _MIXED_PLAIN.sub(_mixed_value, s)
+    return s
+
+
 def latex_to_sympy_text(s: str, depth: int = 0) -> str:
     """Translate LaTeX ``s`` into text for ``sympy.parse_expr``; :class:`LatexError` when it cannot."""
     if depth > 50:
         raise LatexError("nesting deeper than 50 levels")
+    if depth == 0:
+        s = exact_numerals(s)
     for token in _DROP:
         s = s.replace(token, " ")
     out: list[str] = []

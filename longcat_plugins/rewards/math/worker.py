@@ -47,6 +47,13 @@ CANARIES: tuple[tuple[str, str, str], ...] = (
     (r"2\sqrt{2} + i", r"\sqrt{8} + \sqrt{-1}", "equal"),
     (r"\text{Monday}", "monday", "equal"),
     (r"\sqrt{3}", "1.7", "different"),
+    # issue 32's paths: exact comparison, the decimal tolerance, percent markers, exact numerals, Unicode
+    ("1000001", "1000000", "different"),
+    (r"\sqrt{3}", "1.732", "equal"),
+    (r"0.5\%", r"50\%", "different"),
+    (r"2\frac{1}{4}", r"0.\overline{2}+2", "different"),
+    (r"2 \text{ million}", "\u22122000000+4000000", "equal"),
+    ("1011_2", "1011_{2}", "equal"),
 )
 #: modules sympy imports lazily inside functions, found by running the test table and the
 #: bench pairs after the canaries; imported by the zygote as root on top of the canary run
