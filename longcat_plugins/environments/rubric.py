@@ -219,6 +219,7 @@ def evaluate(
 
     def is_guessed(value: Any) -> bool:
         return isinstance(value, str) and id_form(value) in guessed
+
     details: dict[str, Any] = {}
     notes: dict[str, Any] = {}
     met = 0

@@ -251,6 +251,10 @@ class ToolEpisode:
         self.latency_s += result.latency_s
         if result.ok and not tainted:
             self._reveal(result.content, parsed)
+        elif result.ok and isinstance(parsed, dict) and self.env.spec.tools[name].is_write:
+            # a write made with a guessed id is luck for every record it names
+            tool = self.env.spec.tools[name]
+            self.guessed |= {str(parsed[p.name]).strip() for p in tool.params if p.ref and p.name in parsed}
         return result
 
     def is_revealed(self, value: str) -> bool:
@@ -310,9 +314,7 @@ class ToolEpisode:
         return reply
 
     def evaluate(self, final_answer: str = "") -> Outcome:
-        return evaluate_rubric(
-            self.view, self.task.rubric, final_answer, guessed=self.guessed, revealed=self.revealed
-        )
+        return evaluate_rubric(self.view, self.task.rubric, final_answer, guessed=self.guessed, revealed=self.revealed)
 
     def golden_chain(self) -> list[tuple[str, dict[str, Any]]]:
         return [(n, dict(a)) for n, a in self.task.golden]
