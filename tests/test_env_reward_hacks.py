@@ -16,9 +16,10 @@ from test_env_cross_rules import _tables
 from test_env_runtime import handmade
 
 from longcat_plugins.environments.contract import SpecError
-from longcat_plugins.environments.domain import rule_violations
+from longcat_plugins.environments.domain import BaseDB, DBView, rule_violations
 from longcat_plugins.environments.generate import EnvironmentGenerator, GenConfig, GenerationError
 from longcat_plugins.environments.hacks import guess_credited
+from longcat_plugins.environments.rubric import evaluate
 from longcat_plugins.environments.runtime import Task, ToolEnvironment
 from longcat_plugins.environments.spec import load_spec, parse_spec
 from longcat_plugins.environments.user_sim import Fact, ScriptedUser
@@ -216,6 +217,13 @@ def test_a_content_free_sign_off_meets_no_output() -> None:
     assert ep.evaluate("The appointment is completed.").success
     assert ep.evaluate("It was completed on 2025-02-01, as the record shows.").score == 0.0  # no context
     assert signoff_met(env, env.tasks[0]) == []
+    # a generic word of the entity's name is no context: "your request" is every sign-off's
+    spec = load_spec("food_delivery")
+    item = {"kind": "output", "name": "get_refund_request.status", "value": "approved"}
+    empty = DBView(BaseDB(spec, {}))
+    assert not evaluate(empty, [item], "Your request has been processed and approved.").success
+    assert evaluate(empty, [item], "Your refund request was approved.").success
+    assert evaluate(empty, [item], "Its status: approved.").success
 
 
 def test_verify_rejects_a_task_a_sign_off_meets_and_one_that_needs_an_unrevealed_id() -> None:

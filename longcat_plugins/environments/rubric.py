@@ -21,8 +21,9 @@ A rubric is a list of items, each checked on its own (score = fraction met):
   no tool result presented is not met: an answer cannot state a database value it never read.
   A value a content-free sign-off could contain (a bool, an enum member, a single word or a code
   of up to three characters: ``completed``, ``A``) must also be stated in context, within
-  :data:`CONTEXT_CHARS` characters of a word of its field's or its entity's name ("status:
-  completed", "the appointment is completed"); "I have completed your request." states nothing;
+  :data:`CONTEXT_CHARS` characters of a word of its field's name or of its entity's whole name
+  ("status: completed", "the appointment is completed"); "I have completed your request." and
+  "your request was approved" (for a refund request's status) state nothing;
 - ``no_collateral``: nothing else in the database changed (no wrong record cancelled, no stray
   create), *and* some other item was met: doing nothing changes nothing, and earns nothing.
 
@@ -127,11 +128,14 @@ def needs_context(item: dict[str, Any], spec: Any) -> bool:
 
 
 def context_words(item: dict[str, Any], spec: Any) -> list[str]:
-    """Words of the output's field name and of its tool's entity name (three letters or more)."""
+    """The words of the output's field name (three characters or more) and its tool's entity name
+    as a whole (``refund request``, not ``request``: a sign-off says "your request")."""
     tool, _, field = str(item.get("name", "")).partition(".")
     td = getattr(spec, "tools", {}).get(tool)
-    words = field.split("_") + (td.entity.split("_") if td is not None else [])
-    return list(dict.fromkeys(w.lower() for w in words if len(w) >= 3 and w.isalnum() and not w.isdigit()))
+    words = [w for w in field.split("_") if len(w) >= 3 and w.isalnum() and not w.isdigit()]
+    if td is not None:
+        words.append(td.entity.replace("_", " "))
+    return list(dict.fromkeys(w.lower() for w in words))
 
 
 def _said_in_context(answer: str, forms: list[str], words: list[str]) -> bool:
