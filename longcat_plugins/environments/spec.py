@@ -38,8 +38,9 @@ argument, with ``require`` preconditions on the record it names), ``create`` (``
 ``require`` preconditions on referenced records, ``defaults``), ``delete``. ``update``,
 ``transition`` and ``delete`` take preconditions ``when`` (all hold) and ``when_any`` (one
 alternative holds), whose keys are fields or paths through refs to related records
-(``drug_id.requires_prior_auth``). A transition's conditions on related records are also rules the
-seed data keeps (:meth:`DomainSpec.rules`).
+(``drug_id.requires_prior_auth``). A transition's conditions on related records, its ``require:``
+on ref arguments included, are also rules the seed data keeps (:meth:`DomainSpec.rules`). Ref
+fields must not form a cycle (a record's references are made before it).
 
 Every key is honoured or rejected with its key path: :data:`OP_KEYS` lists what each op takes, and
 field keys are checked per type.
