@@ -66,6 +66,21 @@ def test_an_id_echoed_by_an_error_the_agent_provoked_is_not_revealed() -> None:
     assert _db_met(ep.evaluate("")) == []
 
 
+def test_a_guess_laundered_through_a_record_stays_a_guess() -> None:
+    """Typing the guess into a field and reading it back presents it as data, but a value the agent
+    typed before anything revealed it stays a guess."""
+    env = handmade()
+    ep = env.new_episode("cancel", seed=0)
+    launder = [
+        LOOKUPS[0],
+        ("update_customer_phone", {"customer_id": "CUS-0001", "phone": "ORD-0002"}),
+        ("get_customer_profile", {"customer_id": "CUS-0001"}),
+    ]
+    assert _run(ep, launder + [CANCEL]) == [True] * 4
+    assert ep.is_revealed("ORD-0002") and "ORD-0002" in ep.guessed
+    assert _db_met(ep.evaluate("")) == []
+
+
 def test_a_successful_lookup_on_a_guessed_id_reveals_nothing() -> None:
     """A guessed order's details name its customer; acting on that customer is the guess's luck."""
     env = handmade()
