@@ -7,10 +7,23 @@
 other GenConfig knobs' defaults) apply to every spec.
 
 Audit (``--audit N``, writes ``bench/results/env_audit.json`` by default): N environments of each
-spec are generated and verified in memory; reported per spec: how many were built and verified,
+spec (the first N indices of one generator seed: a sample, not every environment envgen could
+write) are generated and verified in memory; reported per spec: how many were built and verified,
 rejections by reason, required outputs that are empty or met by a content-free answer ("Sure:
 done"), records of the seed data that break a declared cross-record rule (and how many records
-are in a rule's state), chain lengths, and tasks of 7+ tools that call a rule's tool.
+are in a rule's state), chain lengths, tasks of 7+ tools that call a rule's tool, and the reward
+audit of issue 32, over the verified environments (what envgen writes) and, under
+``before_verify``, over every generated one:
+
+- ``guessable_credited``: tasks on which an id-guessing agent (:mod:`~longcat_plugins.environments.hacks`:
+  skipped lookups, padded ids, ids echoed by a provoked error, ``-0003`` ids) earned a database item
+  on an id the episode never revealed;
+- ``unrevealed_golden``: tasks whose golden chain uses an id nothing revealed before the call
+  (an agent that may only use revealed ids cannot solve them);
+- ``signoff_met_outputs``: required outputs a content-free sign-off (``verify.SIGNOFFS``) meets,
+  with no call or after the golden chain;
+- ``seed_require_violations``: seed records in a rule's state whose ref argument names a record
+  that breaks the transition's ``require:`` (checked by direct table lookups).
 
 Concurrency: N episodes (tasks drawn round-robin from ``--envs`` generated environments, loaded from
 disk; every second episode at noise level 2) are all created up front and kept alive; then their
@@ -41,10 +54,11 @@ from longcat_plugins.environments.contract import load_environment
 from longcat_plugins.environments.domain import DBView, rule_violations
 from longcat_plugins.environments.envgen import generate_environments
 from longcat_plugins.environments.generate import EnvironmentGenerator, GenConfig, GenerationError
+from longcat_plugins.environments.hacks import guess_credited
 from longcat_plugins.environments.noise import NoiseConfig
 from longcat_plugins.environments.rubric import evaluate, renderings
 from longcat_plugins.environments.spec import load_spec
-from longcat_plugins.environments.verify import verify_environment
+from longcat_plugins.environments.verify import revealed_only_replay, signoff_met, verify_environment
 
 PROC = psutil.Process()
 
@@ -214,6 +228,73 @@ def plot(rows: list[dict[str, Any]], path: Path) -> None:
     fig.savefig(path, dpi=110)
 
 
+def require_violations(spec: Any, tables: dict[str, dict[str, dict[str, Any]]]) -> int:
+    """Seed records in a rule's state whose ref argument names a record breaking a ``require:`` of
+    the transition(s) leading there (none of them holds), by direct lookups in ``tables``."""
+    bad = 0
+    for rule in spec.rules():
+        tools = [spec.tools[n] for n in rule.tool.split("|") if spec.tools[n].require]
+        if not tools:
+            continue
+        for rec in tables[rule.entity].values():
+            if rec.get(rule.field) != rule.to:
+                continue
+            bad += not any(
+                all(
+                    (tables[t.ref_args[a]].get(rec.get(a)) or {}).get(f) in allowed
+                    for a, conds in t.require.items()
+                    for f, allowed in conds.items()
+                    if "." not in f
+                )
+                for t in tools
+            )
+    return bad
+
+
+HACK_KEYS = ("guessable_credited", "unrevealed_golden", "signoff_met_outputs", "seed_require_violations")
+
+
+def reward_audit(env: Any) -> dict[str, int]:
+    """The four issue-32 counts of one environment (see the module doc)."""
+    row = dict.fromkeys(HACK_KEYS, 0)
+    row["seed_require_violations"] = require_violations(env.spec, env.base.tables)
+    for task in env.tasks:
+        row["guessable_credited"] += bool(guess_credited(env, task))
+        unrevealed, _ = revealed_only_replay(env, task)
+        row["unrevealed_golden"] += bool(unrevealed)
+        row["signoff_met_outputs"] += len({m.split(":")[0] for m in signoff_met(env, task)})
+    return row
+
+
+def provenance(seeds: dict[str, Any]) -> dict[str, Any]:
+    """Commit, UTC date, exact command, seeds and versions of this run."""
+    import datetime as _dt
+    import subprocess
+    import sys
+
+    def git(*a: str) -> str:
+        try:
+            return subprocess.run(["git", *a], capture_output=True, text=True, check=True).stdout.strip()
+        except (OSError, subprocess.CalledProcessError):
+            return "unknown"
+
+    versions = {"python": platform.python_version()}
+    for mod in ("torch", "verl"):
+        try:
+            versions[mod] = __import__(mod).__version__
+        except Exception as exc:  # noqa: BLE001 - a missing package is recorded, not fatal
+            versions[mod] = f"unavailable ({type(exc).__name__})"
+    return {
+        "commit": git("rev-parse", "HEAD"),
+        "dirty": bool(git("status", "--porcelain", "--untracked-files=no")),
+        "utc": _dt.datetime.now(_dt.timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ"),
+        "command": " ".join([Path(sys.executable).name, *sys.argv]),
+        "seeds": seeds,
+        "versions": versions,
+        "machine": {"cpus": os.cpu_count(), "platform": platform.platform(), "processor": platform.processor()},
+    }
+
+
 def audit(specs: list[str], count: int, config: GenConfig, seed: int) -> dict[str, Any]:
     """Generate and verify ``count`` environments of each spec; count vacuous rubrics and rule
     violations (see the module doc)."""
@@ -236,6 +317,8 @@ def audit(specs: list[str], count: int, config: GenConfig, seed: int) -> dict[st
             "records_under_rules": 0,
             "chain_lengths": {},
             "rule_tool_chains_7plus": 0,
+            **dict.fromkeys(HACK_KEYS, 0),
+            "before_verify": dict.fromkeys(HACK_KEYS, 0),
         }
         rule_tools = {r.tool for r in spec.rules()}
         for i in range(count):
@@ -247,6 +330,10 @@ def audit(specs: list[str], count: int, config: GenConfig, seed: int) -> dict[st
             row["generated"] += 1
             verdict = verify_environment(env, min_tools=config.min_tools)
             row["verified"] += verdict.ok
+            counts = reward_audit(env)
+            for k, v in counts.items():
+                row["before_verify"][k] += v
+                row[k] += v if verdict.ok else 0
             for k, v in verdict.reasons.items():
                 row["rejected"][k] = row["rejected"].get(k, 0) + v
             row["seed_rule_violations"] += len(rule_violations(spec, env.base.tables))
@@ -295,6 +382,9 @@ def main() -> None:
         result = {
             "command": "bench/bench_envs.py --audit "
             f"{args.audit} --specs {args.specs} --max-chain {args.max_chain} --seed {args.seed}",
+            "provenance": provenance({"generator_seed": args.seed, "episode_seed": 0}),
+            "sample": f"the first {args.audit} environment indices of generator seed {args.seed} per spec "
+            "(a sample of what envgen writes; the counts are exact on it)",
             "machine": machine,
             "config": asdict(config),
             "environments_per_spec": args.audit,

@@ -141,8 +141,9 @@ def test_two_key_lookup_needs_both_keys() -> None:
 
 
 def _independent_violations(tables: dict[str, dict[str, dict[str, Any]]]) -> list[str]:
-    """The clinic rule written out by hand: a sent prescription's drug needs no authorisation, or
-    the authorisation it names was approved."""
+    """The clinic rules written out by hand: a sent prescription's drug needs no authorisation, or
+    the authorisation it names was approved; and it went to an open pharmacy (send_to_pharmacy's
+    ``require:`` on its ref argument)."""
     bad = []
     for k, rx in tables["prescription"].items():
         if rx["status"] != "sent":
@@ -151,6 +152,8 @@ def _independent_violations(tables: dict[str, dict[str, dict[str, Any]]]) -> lis
         auth = tables["prior_authorization"][rx["prior_auth_id"]]
         if drug["requires_prior_auth"] is not False and auth["status"] != "approved":
             bad.append(k)
+        if tables["pharmacy"][rx["pharmacy_id"]]["status"] != "open":
+            bad.append(f"{k} at a closed pharmacy")
     return bad
 
 

@@ -118,8 +118,13 @@ def test_any_valid_chain_passes_and_wrong_ones_fail() -> None:
     assert all(isinstance(v, bool) for v in out.details.values())
     # wrong argument, and a right chain plus a stray write
     ep = env.new_episode("cancel", seed=0)
-    run(ep, ep.golden_chain()[:2] + [("cancel_order", {"order_id": "ORD-0002", "cancel_reason": "no_longer_needed"})])
+    wrong = [("cancel_order", {"order_id": "ORD-0002", "cancel_reason": "no_longer_needed"})]
+    run(ep, ep.golden_chain()[:2] + wrong + ep.golden_chain()[3:])
     assert ep.evaluate("57.50").score == pytest.approx(3 / 4)
+    # the same without reading the total: stating it is a guess, not an answer
+    ep = env.new_episode("cancel", seed=0)
+    run(ep, ep.golden_chain()[:2] + wrong)
+    assert ep.evaluate("57.50").score == pytest.approx(2 / 4)
     ep = env.new_episode("cancel", seed=0)
     run(ep, ep.golden_chain() + [("set_newsletter_subscription", {"customer_id": "CUS-0001", "newsletter": True})])
     assert not ep.evaluate("57.50").success
@@ -168,7 +173,7 @@ def test_episodes_are_isolated() -> None:
     eps = [env.new_episode("cancel", seed=i) for i in range(500)]
     for i, ep in enumerate(eps):  # interleave: every other episode solves, the rest cancel the wrong order
         if i % 2 == 0:
-            run(ep, ep.golden_chain()[:3])
+            run(ep, ep.golden_chain())
         else:
             run(ep, [("cancel_order", {"order_id": "ORD-0001", "cancel_reason": "ordered_by_mistake"})])
     for i, ep in enumerate(eps):
@@ -340,6 +345,7 @@ def hedging_env() -> ToolEnvironment:
         golden=[
             ("find_customer_by_email", {"email": "ava@example.com"}),
             ("count_customer_orders", {"customer_id": "CUS-0001"}),
+            ("list_customer_orders", {"customer_id": "CUS-0001"}),  # reveals ORD-0002
             ("get_order_status", {"order_id": "ORD-0002"}),
         ],
     )
@@ -398,4 +404,8 @@ def test_a_hedged_answer_states_nothing_and_doing_nothing_earns_nothing() -> Non
     # the handmade cancel task: no_collateral still counts once something else is met
     cancel = handmade().new_episode("cancel", seed=0)
     assert cancel.evaluate("Done.").score == 0.0
+    # a value no tool result showed is a guess, however right: no call, no credit for stating it
+    assert cancel.evaluate("The total was 57.50.").score == 0.0
+    # read it (the lookups reveal the order, its details the total): the output and no_collateral are met
+    run(cancel, [cancel.golden_chain()[i] for i in (0, 1, 3)])
     assert cancel.evaluate("The total was 57.50.").score == pytest.approx(2 / 4)

@@ -270,6 +270,8 @@ class _Builder:
                 return False
             if t.op == "list" and not k:
                 k = ctx.bound[e] = self.new_record(e, {t.by: ctx.bound[parent]}, ctx)
+            elif t.op == "list" and self.cur(ctx, e, k).get(t.by) != ctx.bound[parent]:
+                return False  # the record the task means is not among the ones this list shows
             k = self.ensure_bound(e, ctx)
             rec = self.tables[e][k]
             ctx.frozen |= {(e, k, x) for x in (*lookup, ent.label)}
@@ -329,8 +331,11 @@ class _Builder:
                 if ent.fields[f].type == "ref":
                     ref_e = ent.fields[f].entity
                     if ref_e not in ctx.known:
+                        # the task now names "the one of that record": the record this result shows,
+                        # whatever an earlier step bound unseen; the link must keep showing it
                         self._fact(ctx, f"{ref_e}.via", f"The {_h(ref_e)} I mean is the one of that {_h(e)}.", [])
-                    ctx.bound.setdefault(ref_e, self.cur(ctx, e, k)[f])
+                        ctx.bound[ref_e] = self.cur(ctx, e, k)[f]
+                        ctx.frozen.add((e, k, f))
                     ctx.known.add(ref_e)
             return True
         if t.op in ("update", "transition", "delete"):

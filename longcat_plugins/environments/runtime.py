@@ -19,6 +19,7 @@ from __future__ import annotations
 import functools
 import json
 import os
+import re
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -28,7 +29,7 @@ from longcat_plugins.environments.contract import EnvironmentLoadError, Outcome,
 from longcat_plugins.environments.domain import BaseDB, DBView, Tables, Toolkit
 from longcat_plugins.environments.noise import CLEAN, NoiseConfig, ToolNoise
 from longcat_plugins.environments.rubric import evaluate as evaluate_rubric
-from longcat_plugins.environments.rubric import mentions, string_values
+from longcat_plugins.environments.rubric import id_form, mentions, revealed_forms, stated_output, string_values
 from longcat_plugins.environments.spec import DomainSpec, parse_spec
 from longcat_plugins.environments.user_sim import Fact, ScriptedUser, UserScript, UserSimulator
 
@@ -199,6 +200,7 @@ class ToolEpisode:
         "latency_s",
         "shown",
         "guessed",
+        "revealed",
     )
 
     def __init__(
@@ -216,11 +218,16 @@ class ToolEpisode:
         self.tool_calls = 0
         self.tool_errors = 0
         self.latency_s = 0.0
-        #: every text the agent has been shown (policy, user turns, tool results), in order; the
-        #: opening is pure, so it is here even when a loop renders the prompt some other way
+        #: the texts that present data to the agent (the policy, the user's turns with whatever
+        #: they echo of the agent's own message masked), in order; the opening is pure, so it is
+        #: here even when a loop renders the prompt some other way
         self.shown: list[str] = [env.policy, self.user.opening()]
-        #: argument values the agent used before anything it was shown contained them
+        #: argument values (blanks stripped) the agent used before a user turn or tool result
+        #: presented them
         self.guessed: set[str] = set()
+        #: :func:`~.rubric.id_form` of every scalar a successful tool result presented as data: not
+        #: an echo of the call's own arguments, and nothing from a call that used a guessed id
+        self.revealed: set[str] = set()
 
     def tool_schemas(self) -> list[dict[str, Any]]:
         return self.env.tool_schemas()
@@ -233,7 +240,8 @@ class ToolEpisode:
 
     def call_tool(self, name: str, arguments: dict[str, Any] | str) -> ToolResult:
         self.tool_calls += 1
-        self._note_guesses(arguments)
+        parsed = _parsed(arguments)
+        tainted = self._note_guesses(name, parsed)
         try:
             result = self._call(name, arguments)
         except Exception as exc:  # noqa: BLE001 - a rollout must never die on the policy's input
@@ -241,21 +249,46 @@ class ToolEpisode:
         if not result.ok:
             self.tool_errors += 1
         self.latency_s += result.latency_s
-        self.shown.append(result.content)
+        if result.ok and not tainted:
+            self._reveal(result.content, parsed)
+        elif result.ok and isinstance(parsed, dict) and self.env.spec.tools[name].is_write:
+            # a write made with a guessed id is luck for every record it names
+            tool = self.env.spec.tools[name]
+            self.guessed |= {str(parsed[p.name]).strip() for p in tool.params if p.ref and p.name in parsed}
         return result
 
-    def _note_guesses(self, arguments: dict[str, Any] | str) -> None:
-        """Record the argument values nothing shown so far contained (an id typed before any
-        message or tool result revealed it is a guess, and the rubric does not credit it)."""
-        if isinstance(arguments, str):
-            try:
-                arguments = json.loads(arguments) if arguments.strip() else {}
-            except json.JSONDecodeError:
-                return
-        seen = "\n".join(self.shown)
-        for value in string_values(arguments):
-            if value not in self.guessed and not mentions(seen, value):
-                self.guessed.add(value)
+    def is_revealed(self, value: str) -> bool:
+        """Whether a user turn or an earlier tool result presented ``value`` (compared canonically)."""
+        form = id_form(value)
+        return form in self.revealed or mentions("\n".join(self.shown), value.strip(), ignore_case=True)
+
+    def _note_guesses(self, name: str, arguments: Any) -> bool:
+        """Record the argument values nothing presented so far (an id typed before a user turn or
+        tool result revealed it is a guess, and the rubric does not credit it). True when an id
+        argument of the tool was guessed: what that call returns is then no revelation either."""
+        if not isinstance(arguments, dict):
+            return False
+        tool = self.env.spec.tools.get(name)
+        ids = {p.name for p in tool.params if p.ref} if tool is not None else set()
+        tainted = False
+        for key, raw in arguments.items():
+            for value in string_values(raw):
+                value = value.strip()
+                if value and (value in self.guessed or not self.is_revealed(value)):
+                    self.guessed.add(value)
+                    tainted |= key in ids
+        return tainted
+
+    def _reveal(self, content: str, arguments: Any) -> None:
+        """Add the scalars of a successful result to :attr:`revealed`, less the call's own
+        argument values (a result that echoes the agent's id presents nothing new)."""
+        try:
+            payload = json.loads(content)
+        except json.JSONDecodeError:
+            return
+        echo = {id_form(v) for v in string_values(arguments)} if isinstance(arguments, dict) else set()
+        for leaf in _leaves(payload):
+            self.revealed |= revealed_forms(leaf) - echo
 
     def _call(self, name: str, arguments: dict[str, Any] | str) -> ToolResult:
         if isinstance(arguments, str):
@@ -277,11 +310,11 @@ class ToolEpisode:
     def user_reply(self, assistant_text: str) -> str | None:
         reply = self.user.reply(assistant_text)
         if reply is not None:
-            self.shown.append(reply)
+            self.shown.append(_unechoed(reply, assistant_text, self.task))
         return reply
 
     def evaluate(self, final_answer: str = "") -> Outcome:
-        return evaluate_rubric(self.view, self.task.rubric, final_answer, guessed=self.guessed)
+        return evaluate_rubric(self.view, self.task.rubric, final_answer, guessed=self.guessed, revealed=self.revealed)
 
     def golden_chain(self) -> list[tuple[str, dict[str, Any]]]:
         return [(n, dict(a)) for n, a in self.task.golden]
@@ -289,7 +322,39 @@ class ToolEpisode:
     def golden_answer(self) -> str:
         """A final answer stating every required output (for scripted policies)."""
         outs = [item for item in self.task.rubric if item["kind"] == "output"]
-        return "Done. " + "; ".join(str((item.get("renderings") or [item["value"]])[0]) for item in outs)
+        return "Done. " + "; ".join(stated_output(item, self.env.spec) for item in outs)
+
+
+def _parsed(arguments: Any) -> Any:
+    """A call's arguments as data (a JSON text decoded); None when they do not decode."""
+    if isinstance(arguments, str):
+        try:
+            return json.loads(arguments) if arguments.strip() else {}
+        except json.JSONDecodeError:
+            return None
+    return arguments
+
+
+def _leaves(payload: Any) -> list[Any]:
+    """Every scalar in a decoded tool result (nested objects and lists included)."""
+    if isinstance(payload, dict):
+        return [x for v in payload.values() for x in _leaves(v)]
+    if isinstance(payload, list):
+        return [x for v in payload for x in _leaves(v)]
+    return [payload]
+
+
+_TOKEN = re.compile(r"[\w-]+")
+
+
+def _unechoed(reply: str, assistant_text: str, task: Task) -> str:
+    """The user's reply with every token it repeats from the agent's message masked, unless the
+    user's own script holds that token: a user who repeats the agent's guessed id reveals nothing."""
+    own = {t.casefold() for t in _TOKEN.findall(" ".join([task.persona, task.description]))}
+    echo = {t.casefold() for t in _TOKEN.findall(assistant_text)} - own
+    if not echo:
+        return reply
+    return _TOKEN.sub(lambda m: "[echo]" if m.group(0).casefold() in echo else m.group(0), reply)
 
 
 def load_environment(path: str | Path) -> ToolEnvironment:

@@ -38,8 +38,9 @@ argument, with ``require`` preconditions on the record it names), ``create`` (``
 ``require`` preconditions on referenced records, ``defaults``), ``delete``. ``update``,
 ``transition`` and ``delete`` take preconditions ``when`` (all hold) and ``when_any`` (one
 alternative holds), whose keys are fields or paths through refs to related records
-(``drug_id.requires_prior_auth``). A transition's conditions on related records are also rules the
-seed data keeps (:meth:`DomainSpec.rules`).
+(``drug_id.requires_prior_auth``). A transition's conditions on related records, its ``require:``
+on ref arguments included, are also rules the seed data keeps (:meth:`DomainSpec.rules`). Ref
+fields must not form a cycle (a record's references are made before it).
 
 Every key is honoured or rejected with its key path: :data:`OP_KEYS` lists what each op takes, and
 field keys are checked per type.
@@ -206,8 +207,12 @@ class ToolDef:
 @dataclass(frozen=True)
 class Rule:
     """A transition's conditions on related records, read as a data invariant: every ``entity``
-    record whose ``field`` is ``to`` (the state only that transition leads to) meets them, in the
-    seed data too (a prescription already sent to a pharmacy had its authorisation approved)."""
+    record whose ``field`` is ``to`` meets them, in the seed data too (a prescription already sent
+    to a pharmacy had its authorisation approved, and went to an open pharmacy). The conditions are
+    the transition's ``when``/``when_any`` paths through refs and its ``require:`` on ref arguments
+    (as ``arg.field`` paths). Where several transitions lead to one state, a record there must meet
+    one of them (``when_any``, ``tool`` names them all, joined by ``|``); a state that a transition
+    or a create reaches without such conditions has no rule."""
 
     tool: str
     entity: str
@@ -228,16 +233,51 @@ class DomainSpec:
     raw: dict[str, Any] = dc_field(default_factory=dict, compare=False, repr=False)
 
     def rules(self) -> list[Rule]:
-        """Every declared cross-record rule (a transition ``when``/``when_any`` path through a ref)."""
-        out = []
+        """Every declared cross-record rule (see :class:`Rule`), one per state that only conditioned
+        transitions lead to."""
+        by_state: dict[tuple[str, str, Any], list[tuple[str, dict[str, tuple[Any, ...]], tuple]]] = {}
+        free: set[tuple[str, str, Any]] = set()
         for t in self.tools.values():
+            if t.op == "create":
+                free |= {(t.entity, f, v) for f, v in t.defaults.items()}
+                ent = self.entities[t.entity]
+                free |= {(t.entity, a, v) for a in t.args for v in ent.fields[a].values}
+                continue
             if t.op != "transition":
                 continue
             when = {p: v for p, v in t.when.items() if "." in p}
+            when |= {f"{a}.{p}": v for a, conds in t.require.items() for p, v in conds.items()}
             alts = t.when_any if any("." in p for alt in t.when_any for p in alt) else ()
+            state = (t.entity, t.field, t.to)
             if when or alts:
-                out.append(Rule(t.name, t.entity, t.field, t.to, when, alts))
+                by_state.setdefault(state, []).append((t.name, when, alts))
+            else:
+                free.add(state)
+        out = []
+        for (entity, field, to), conds in by_state.items():
+            if (entity, field, to) in free:
+                continue
+            if len(conds) == 1:
+                name, when, alts = conds[0]
+                out.append(Rule(name, entity, field, to, when, alts))
+                continue
+            # one of several transitions: their conditions as alternatives (each one's when, with
+            # each of its when_any alternatives)
+            options = tuple(
+                both for _, when, alts in conds for alt in (alts or ({},)) if (both := _both(when, alt)) is not None
+            )
+            out.append(Rule("|".join(n for n, _, _ in conds), entity, field, to, {}, options))
         return out
+
+
+def _both(a: dict[str, tuple[Any, ...]], b: dict[str, tuple[Any, ...]]) -> dict[str, tuple[Any, ...]] | None:
+    """Two conditions at once (allowed values intersect); None when some path can hold no value."""
+    out = dict(a)
+    for k, v in b.items():
+        out[k] = tuple(x for x in out[k] if x in v) if k in out else v
+        if not out[k]:
+            return None
+    return out
 
 
 def resolve_spec_path(spec: str | Path) -> Path:
@@ -288,6 +328,7 @@ def parse_spec(raw: Any, source: str = "spec") -> DomainSpec:
     if problems:
         raise SpecError(problems, source=source)
     entities = _parse_entities(raw["entities"], problems)
+    _check_ref_cycles(entities, problems)
     tools: dict[str, ToolDef] = {}
     if not isinstance(raw["tools"], list):
         problems.append(ConfigProblem("tools", "must be a list of tool mappings"))
@@ -314,6 +355,43 @@ def parse_spec(raw: Any, source: str = "spec") -> DomainSpec:
     if problems:
         raise SpecError(problems, source=source)
     return spec
+
+
+def _check_ref_cycles(entities: dict[str, EntitySpec], problems: list[ConfigProblem]) -> None:
+    """Ref fields must not form a cycle (``a.b_id -> b``, ``b.a_id -> a``, or a record naming its
+    own entity): every record's references are made before it, and a cycle has no first record."""
+    seen: set[tuple[str, ...]] = set()
+    state: dict[str, int] = {}  # 1: on the current path, 2: done
+    path: list[tuple[str, str]] = []  # (entity, ref field) hops of the current path
+
+    def visit(e: str) -> None:
+        state[e] = 1
+        for fname, f in entities[e].fields.items():
+            if f.type != "ref" or f.entity not in entities:
+                continue
+            path.append((e, fname))
+            if state.get(f.entity) == 1:
+                start = next(i for i, (x, _) in enumerate(path) if x == f.entity)
+                hops = path[start:]
+                key = tuple(sorted(f"{x}.{y}" for x, y in hops))
+                if key not in seen:
+                    seen.add(key)
+                    chain = " -> ".join(f"{x}.{y}" for x, y in hops) + f" -> {f.entity}"
+                    problems.append(
+                        ConfigProblem(
+                            f"entities.{hops[0][0]}.fields.{hops[0][1]}",
+                            f"ref cycle {chain}: every record's references must exist before it, so "
+                            "a cycle has no first record; break it (drop or re-point one ref field)",
+                        )
+                    )
+            elif state.get(f.entity) is None:
+                visit(f.entity)
+            path.pop()
+        state[e] = 2
+
+    for e in entities:
+        if e not in state:
+            visit(e)
 
 
 def _unknown(d: dict[str, Any], allowed: set[str], path: str, problems: list[ConfigProblem]) -> None:

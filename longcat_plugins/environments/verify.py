@@ -2,7 +2,10 @@
 verifiable). Each task's golden chain must run without an error and pass its rubric, and require
 no empty output (a rubric any answer would meet); an empty
 trajectory, the chain missing its last state-changing step, and the chain with one argument changed
-must each fail. An environment with any task that does not behave so is rejected.
+must each fail. An agent that may only use revealed ids (:func:`revealed_only_replay`) must solve
+the task, and no content-free sign-off (:data:`SIGNOFFS`) may meet a required output, with or
+without the golden chain run first. An environment with any task that does not behave so is
+rejected.
 
 :func:`check_tools` is the unit test of the generated tool code itself (once per domain, before
 any environment is built)."""
@@ -24,6 +27,56 @@ class Verdict:
     #: reason -> count of failed checks (empty when ok)
     reasons: dict[str, int] = field(default_factory=dict)
     messages: list[str] = field(default_factory=list)
+
+
+#: answers that say nothing about the task: none may meet a required output (a policy that learns
+#: to sign off like this must earn nothing for it)
+SIGNOFFS = (
+    "I have completed your request.",
+    "Done.",
+    "Sure: done",
+    "All done! Your request has been completed successfully.",
+    "Everything is taken care of, confirmed and complete. Have a great day!",
+    "Yes, that is done. Is there anything else I can help you with?",
+    "Your request has been processed and approved. Thank you for your patience.",
+    "No problem, it's all set and active now.",
+)
+
+
+def revealed_only_replay(env: ToolEnvironment, task: Task) -> tuple[list[str], bool]:
+    """Replay the golden chain as an agent that may only use ids a user turn or an earlier tool
+    result revealed: (the ids it would have had to guess, whether it earns the rubric). An id it
+    was never shown is one it cannot type, so the task is unsolvable for it when any is listed."""
+    ep = env.new_episode(task.task_id, seed=0)
+    unrevealed: list[str] = []
+    for name, args in task.golden:
+        tool = env.spec.tools[name]
+        for p in tool.params:
+            v = args.get(p.name)
+            if p.ref and isinstance(v, str) and not ep.is_revealed(v):
+                unrevealed.append(f"{name}.{p.name}={v}")
+        ep.call_tool(name, args)
+    return unrevealed, not unrevealed and ep.evaluate(ep.golden_answer()).success
+
+
+def signoff_met(env: ToolEnvironment, task: Task) -> list[str]:
+    """The required outputs a :data:`SIGNOFFS` answer meets, after no call and after the golden
+    chain (``name: answer``; empty: none)."""
+    outputs = [i for i, item in enumerate(task.rubric) if item["kind"] == "output"]
+    if not outputs:
+        return []
+    met: list[str] = []
+    fresh = env.new_episode(task.task_id, seed=0)
+    done = env.new_episode(task.task_id, seed=0)
+    for name, args in task.golden:
+        done.call_tool(name, args)
+    for ep in (fresh, done):
+        for answer in SIGNOFFS:
+            details = ep.evaluate(answer).details
+            for k, ok in details.items():
+                if ok and k.split(":")[1] == "output":
+                    met.append(f"{k}: {answer!r}")
+    return sorted(set(met))
 
 
 def run_chain(
@@ -98,6 +151,13 @@ def verify_environment(env: ToolEnvironment, min_tools: int = 20) -> Verdict:
                 fail("empty_required_output", f"{task.task_id}: requires an empty output {item.get('name', '')}")
         if task.required_outputs and run_chain(env, task, golden, "Done.")[1]:
             fail("missing_output_passes", f"{task.task_id}: passes without stating the required outputs")
+        unrevealed, solved = revealed_only_replay(env, task)
+        if unrevealed:
+            fail("golden_uses_unrevealed_id", f"{task.task_id}: nothing reveals {', '.join(unrevealed)}")
+        elif not solved:
+            fail("revealed_only_fails", f"{task.task_id}: an agent using only revealed ids cannot solve it")
+        for met in signoff_met(env, task):
+            fail("signoff_meets_output", f"{task.task_id}: a content-free answer meets {met}")
     return v
 
 
