@@ -289,7 +289,7 @@ def test_dora_single_version_replicas_on_two_vllm_replicas(assets32: Assets, tmp
     step trains a full batch."""
     from longcat_plugins.runtime.demos import prepare_demo
 
-    steps = 5
+    steps = 8
     demo = prepare_demo("dora", assets32, steps)
     trace = tmp_path / "dora_trace.jsonl"
     result = run_training(
