@@ -29,20 +29,11 @@ from pathlib import Path
 from typing import Any
 
 import psutil
+from bench_runtime import tree_rss
 from provenance import REPO, provenance
 
 HELD_OUT = "held-out accuracy: "
 ENGINES = {"hf": REPO / ".venv" / "bin" / "python", "vllm": REPO / ".venv-vllm" / "bin" / "python"}
-
-
-def _tree_rss(root: psutil.Process) -> int:
-    total = 0
-    for proc in [root, *root.children(recursive=True)]:
-        try:
-            total += proc.memory_info().rss
-        except (psutil.NoSuchProcess, psutil.AccessDenied):
-            pass
-    return total
 
 
 def _vllm_version(python: Path) -> str | None:
@@ -73,7 +64,7 @@ def run_engine(engine: str, steps: int, cache: Path | None, work: Path) -> dict[
         nonlocal peak, first_step
         root = psutil.Process(proc.pid)
         while not done.is_set():
-            peak = max(peak, _tree_rss(root))
+            peak = max(peak, tree_rss(root))
             metrics = run_dir / "metrics.jsonl"
             if first_step is None and metrics.exists() and '"step": 1' in metrics.read_text():
                 first_step = time.monotonic() - start

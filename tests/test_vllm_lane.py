@@ -185,6 +185,32 @@ def test_objectives_on_vllm(objective: str, warm32: Assets, tmp_path: Path, ray_
     assert_weights_synced(trained)
 
 
+def train_agent(config_name: str, tasks: Path, val: Path, model: Path, run_dir: Path, ray_tmp: Path) -> dict:
+    """Two GRPO steps of an agent-loop recipe on vLLM, validating once before training."""
+    config = resolve_config(config_name)
+    result = run_training(
+        config,
+        [
+            f"data.train_files={tasks}",
+            f"data.val_files={val}",
+            f"actor_rollout_ref.model.path={model}",
+            f"+ray_kwargs.ray_init._temp_dir={ray_tmp}",
+            *rollout_overrides(config, "vllm"),
+            *FP32_TRAINING,
+            "trainer.total_training_steps=2",
+            "trainer.val_before_train=true",
+            "trainer.test_freq=-1",
+        ],
+        run_dir,
+    )
+    assert result.returncode == 0, result.log.read_text()[-6000:]
+    assert "vLLMHttpServer" in result.log.read_text()
+    by_step = {s["step"]: s for s in result.steps}
+    for step in (1, 2):
+        assert math.isfinite(by_step[step]["actor/pg_loss"])
+    return by_step
+
+
 @pytest.mark.slow
 def test_tool_agent_on_vllm(assets32: Assets, tmp_path: Path, ray_tmp: Path) -> None:
     """Two GRPO steps of ``longcat_tool_agent`` (multi-turn, tools, user simulator) on vLLM."""
@@ -198,30 +224,11 @@ def test_tool_agent_on_vllm(assets32: Assets, tmp_path: Path, ray_tmp: Path) -> 
     rows = pd.read_parquet(tasks).head(2)
     rows["extra_info"] = [{**dict(i), "split": "test", "noise_level": 2} for i in rows["extra_info"]]
     rows.to_parquet(val)
-    config = resolve_config("tool_agent_cpu")
-    result = run_training(
-        config,
-        [
-            f"data.train_files={tasks}",
-            f"data.val_files={val}",
-            f"actor_rollout_ref.model.path={assets32.model}",
-            f"+ray_kwargs.ray_init._temp_dir={ray_tmp}",
-            *rollout_overrides(config, "vllm"),
-            *FP32_TRAINING,
-            "trainer.total_training_steps=2",
-            "trainer.val_before_train=true",
-            "trainer.test_freq=-1",
-        ],
-        tmp_path / "run",
-    )
-    assert result.returncode == 0, result.log.read_text()[-6000:]
-    by_step = {s["step"]: s for s in result.steps}
+    by_step = train_agent("tool_agent_cpu", tasks, val, assets32.model, tmp_path / "run", ray_tmp)
     for step in (1, 2):
-        assert math.isfinite(by_step[step]["actor/pg_loss"])
         assert by_step[step]["training/num_turns/mean"] >= 2
         assert 0.0 <= by_step[step]["critic/score/mean"] < 1.0
     assert by_step[0]["val-aux/longcat_env/retail/longcat_reward_valid/mean@1"] == 1.0
-    assert "vLLMHttpServer" in result.log.read_text()
 
 
 @pytest.mark.slow
@@ -234,29 +241,10 @@ def test_code_agent_on_vllm(assets32: Assets, tmp_path: Path, ray_tmp: Path) -> 
     tasks = write_tasks(tmp_path / "code", 4, seed=0, mode="bug", hidden=4)
     val = tmp_path / "val.parquet"
     pd.read_parquet(tasks).head(2).to_parquet(val)
-    config = resolve_config("code_agent_cpu")
-    result = run_training(
-        config,
-        [
-            f"data.train_files={tasks}",
-            f"data.val_files={val}",
-            f"actor_rollout_ref.model.path={assets32.model}",
-            f"+ray_kwargs.ray_init._temp_dir={ray_tmp}",
-            *rollout_overrides(config, "vllm"),
-            *FP32_TRAINING,
-            "trainer.total_training_steps=2",
-            "trainer.val_before_train=true",
-            "trainer.test_freq=-1",
-        ],
-        tmp_path / "run",
-    )
-    assert result.returncode == 0, result.log.read_text()[-6000:]
-    by_step = {s["step"]: s for s in result.steps}
+    by_step = train_agent("code_agent_cpu", tasks, val, assets32.model, tmp_path / "run", ray_tmp)
     for step in (1, 2):
-        assert math.isfinite(by_step[step]["actor/pg_loss"])
         assert 0.0 < by_step[step]["critic/score/mean"] < 1.0
     assert by_step[0]["val-aux/longcat_code_env/longcat_reward_valid/mean@1"] == 1.0
-    assert "vLLMHttpServer" in result.log.read_text()
 
 
 @pytest.mark.slow
