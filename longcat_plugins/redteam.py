@@ -311,9 +311,9 @@ class EnvSetup:
     """Which generated environments the hacks run against."""
 
     domain: str = "retail"
-    envs: int = 2
+    envs: int = 3
     seed: int = 0
-    max_tasks: int = 8
+    max_tasks: int = 12
 
 
 def _task_infos(setup: EnvSetup, root: Path) -> Iterator[dict[str, Any]]:
