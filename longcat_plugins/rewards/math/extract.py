@@ -51,7 +51,9 @@ _RETRACTION_RE = re.compile(
     re.IGNORECASE,
 )
 #: a negation right before a box: "it is not \boxed{5}" states that 5 is not the answer
-_NEGATED_BOX_RE = re.compile(r"(?:\bnot|\bcannot|n't|\bnever|\bno longer)[\s:,]*(?:\$\s*)?$", re.IGNORECASE)
+_NEGATED_BOX_RE = re.compile(
+    r"(?:\bnot|\bcannot|n't|\bnever|\bno longer)(?:\s+(?:be|equal\s+to|equals?))?[\s:,=]*(?:\$\s*)?$", re.IGNORECASE
+)
 _WORD_RE = re.compile(r"\S+")
 
 
