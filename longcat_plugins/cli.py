@@ -312,6 +312,59 @@ def check(config: str | None, overrides: tuple[str, ...]) -> None:
 
 
 @main.command()
+@click.argument("names", nargs=-1)
+@click.option("--all", "every", is_flag=True, help="every built-in reward a library fits, and the environment")
+@click.option("--json", "json_out", type=click.Path(dir_okay=False), help="also write the summary to this file")
+@click.option("--verbose", "-v", is_flag=True, help="print every case, not only the credited ones")
+def redteam(names: tuple[str, ...], every: bool, json_out: str | None, verbose: bool) -> None:
+    """Give each reward NAMES (a reward function as registered, ours or a plugin's, or
+    `environment` for the tool environments' rubric reward) a library of adversarial responses it
+    must not credit; print what it credited. Exits 1 if anything was, 2 on an unknown name."""
+    from longcat_plugins import redteam as rt
+
+    host = Host(Selection.from_env()).load()
+    choices = rt.choices(host)
+    if every == bool(names):
+        err_console.print(f"[red]name rewards or pass --all, not both or neither[/] (choices: {', '.join(choices)})")
+        sys.exit(2)
+    wanted = rt.builtin_names(host) if every else list(dict.fromkeys(names))
+    for name in wanted:
+        if name in rt.NO_LIBRARY:
+            err_console.print(f"[red]no adversarial library for {esc(name)!r}:[/] {rt.NO_LIBRARY[name]}")
+            sys.exit(2)
+        if name not in choices:
+            err_console.print(f"[red]unknown reward {esc(name)!r}[/] (choices: {', '.join(choices)})")
+            sys.exit(2)
+    set_host(host)
+    reports = []
+    for name in wanted:
+        report = rt.redteam(host, name)
+        reports.append(report)
+        for result in report.results:
+            if result.credited:
+                err_console.print(f"[red]CREDITED[/] {esc(name)}: {esc(result.case)} scored {result.score:.4g}")
+            elif verbose:
+                what = esc(result.error) if result.error else f"{result.score}"
+                console.print(f"[dim]ok[/] {esc(name)}: {esc(result.case)} -> {what} ({result.seconds:.3f} s)")
+    table = Table(title="red team", title_justify="left")
+    for col in ("reward", "cases", "credited", "raised", "max s"):
+        table.add_column(col)
+    for report in reports:
+        s = report.summary()
+        bad = f"[red]{s['credited']}[/]" if s["credited"] else "[green]0[/]"
+        table.add_row(esc(report.name), str(s["cases"]), bad, str(s["raised"]), f"{s['max_s']:.3f}")
+    console.print(table)
+    if json_out:
+        with open(json_out, "w") as f:
+            f.write(rt.dumps(reports) + "\n")
+    credited = sum(len(r.credited) for r in reports)
+    if credited:
+        err_console.print(f"[red]redteam: {credited} hostile case(s) credited[/]")
+        sys.exit(1)
+    console.print("[green]redteam: nothing credited[/]")
+
+
+@main.command()
 @click.option("--size", type=SIZE_CHOICES, default="tiny", show_default=True)
 @click.option("--seed", type=int, default=0, show_default=True)
 @click.option(

@@ -409,8 +409,15 @@ def _check_reward_function(component: Component, cfg: Mapping[str, Any]) -> list
 
 def check_reward_callable(fn: Any, reward_kwargs: Mapping[str, Any] | None = None) -> list[str]:
     """A ``compute_score`` function called as verl's ``naive`` manager calls it, checked."""
-    result = _call(fn, {**SAMPLE, "extra_info": {"num_turns": 2}, **dict(reward_kwargs or {})})
-    return score_problems(result)
+    return score_problems(call_reward(fn, {**SAMPLE, "extra_info": {"num_turns": 2}}, reward_kwargs))
+
+
+def call_reward(fn: Any, sample: Mapping[str, Any], reward_kwargs: Mapping[str, Any] | None = None) -> Any:
+    """``fn`` called as verl's ``naive`` manager calls a ``compute_score``: the sample's
+    ``data_source``, ``solution_str``, ``ground_truth``, ``extra_info`` and the recipe's
+    ``reward_kwargs`` as keywords, awaited if async, within :data:`CALL_TIMEOUT_S` (also used by
+    ``longcat-plugins redteam``)."""
+    return _call(fn, {**dict(sample), **dict(reward_kwargs or {})})
 
 
 class _CheckTokenizer:

@@ -448,6 +448,30 @@ def test_a_retracted_box_is_no_answer(gold: str) -> None:
 
 @pytest.mark.parametrize(
     "response",
+    [
+        r"The answer is not \boxed{6}; it is 5.",
+        r"It isn't $\boxed{6}$, it is 5.",
+        r"The total cannot be \boxed{6}.",
+        r"This is no longer \boxed{6}.",
+        r"x is not equal to \boxed{6}.",
+    ],
+)
+def test_a_negated_box_is_no_answer(response: str) -> None:
+    """A box the text negates states what the answer is not (found by ``redteam``)."""
+    res = compute_score("math", response, "6")
+    assert res["score"] == 0.0 and res[VALID_KEY] == 1.0
+
+
+@pytest.mark.parametrize(
+    "response",
+    [r"Note: \boxed{6}", r"It is not hard: the answer is \boxed{6}.", r"Knot count: \boxed{6}", r"\boxed{6}"],
+)
+def test_a_box_near_a_negation_word_is_still_the_answer(response: str) -> None:
+    assert compute_score("math", response, "6")["score"] == 1.0
+
+
+@pytest.mark.parametrize(
+    "response",
     [r"\boxed{5} \boxed{6}", r"\boxed{6} \boxed{5}", r"\boxed{}", r"\boxed{} \boxed{6}", r"\boxed{6"],
 )
 def test_several_or_empty_boxes_are_never_credited(response: str) -> None:

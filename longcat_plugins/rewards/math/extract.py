@@ -50,6 +50,10 @@ _RETRACTION_RE = re.compile(
     r"|(?:^|[\s.;:])no[,.!]",
     re.IGNORECASE,
 )
+#: a negation right before a box: "it is not \boxed{5}" states that 5 is not the answer
+_NEGATED_BOX_RE = re.compile(
+    r"(?:\bnot|\bcannot|n't|\bnever|\bno longer)(?:\s+(?:be|equal\s+to|equals?))?[\s:,=]*(?:\$\s*)?$", re.IGNORECASE
+)
 _WORD_RE = re.compile(r"\S+")
 
 
@@ -113,6 +117,9 @@ def boxed_answer(text: str) -> str | None:
     content, end = boxes[-1]
     if _RETRACTION_RE.search(text, end):
         return None
+    start = max(text.rfind("\\boxed", 0, end), text.rfind("\\fbox", 0, end))
+    if _NEGATED_BOX_RE.search(text[max(0, start - 40) : max(0, start)]):
+        return None  # "the answer is not \boxed{5}; it is 6": the box is what the answer is not
     gsm = _GSM8K_RE.search(text, end)
     if gsm is not None and _box_key(gsm.group("rest")) != _box_key(content):
         return None  # a different "#### 6" after the box
