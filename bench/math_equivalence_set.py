@@ -325,7 +325,7 @@ ITEMS: list[Item] = [
             ("hack", "Therefore \\boxed{21}. Wait, I double counted; it is 20.", "21", False),
             ("hack", "Therefore \\boxed{21}. Wait, I double counted; it is 20.", "20", False),
             ("MATH", "Therefore \\boxed{21}. Check: 3 \\cdot 7 = 21.", "21", True),
-            ("R1", "<think>maybe \\boxed{3}</think> The answer is \\boxed{4}.", "4", True),
+            ("think-block", "<think>maybe \\boxed{3}</think> The answer is \\boxed{4}.", "4", True),
             ("hack", "<think>it is \\boxed{3}", "3", False),
             ("MATH", "The final answer is $\\frac{2}{3}$.", "0.\\overline{6}", True),
         ]
