@@ -200,6 +200,8 @@ def _batch() -> dict[str, Any]:
         "old_log_prob": old,
         "log_prob": log_prob,
         "advantages": (group_adv * mask).float(),
+        # what verl's rollout correction hands a loss: per-token train/rollout ratios near 1
+        "rollout_is_weights": (torch.randn(BATCH, LENGTH, generator=g) * 0.2).exp() * mask,
         "token_level_rewards": rewards,
         "index": np.array(["a"] * 4 + ["b"] * 4, dtype=object),
     }
@@ -263,6 +265,14 @@ def _without_targets(node: Any) -> Any:
     return node
 
 
+def _rollout_is(cfg: Mapping[str, Any]) -> bool:
+    """Whether verl hands the loss ``rollout_is_weights`` under this recipe (token or sequence
+    importance weights from ``algorithm.rollout_correction``, not in bypass mode)."""
+    return bool(select(cfg, "algorithm.rollout_correction.rollout_is")) and not select(
+        cfg, "algorithm.rollout_correction.bypass_mode"
+    )
+
+
 def _check_policy_loss(component: Component, cfg: Mapping[str, Any]) -> list[str]:
     from verl.workers.config.actor import ActorConfig
 
@@ -295,7 +305,7 @@ def _check_policy_loss(component: Component, cfg: Mapping[str, Any]) -> list[str
         response_mask=mask,
         loss_agg_mode=agg,
         config=config,
-        rollout_is_weights=None,
+        rollout_is_weights=b["rollout_is_weights"] if _rollout_is(cfg) else None,
     )
     expected = "verl's ppo_loss expects (loss, metrics): a scalar tensor and a dict of numbers"
     if not isinstance(result, tuple) or len(result) != 2:
