@@ -105,6 +105,22 @@ TARGETS: dict[str, VerlTarget] = {
             base=("verl.experimental.fully_async_policy.dynamic_schedule.base", "DynamicSchedulePolicyBase"),
             selected_by="async_training.dynamic_schedule_policy",
         ),
+        # not verl's: the scheduler core's registries, read by verl's ``dora`` trainer (its sampler
+        # and load balancer) and by the Python DoraController
+        VerlTarget(
+            "dora_eviction_policy",
+            "longcat_plugins.schedulers.core.versions",
+            _attr("EVICTION_POLICIES"),
+            _same,
+            selected_by="longcat.settings.scheduler.dora.eviction",
+        ),
+        VerlTarget(
+            "dora_balancer",
+            "longcat_plugins.schedulers.core.balancer",
+            _attr("BALANCERS"),
+            _same,
+            selected_by="longcat.settings.scheduler.dora.balancer",
+        ),
     )
 }
 

@@ -9,7 +9,7 @@ def components() -> list[Component]:
     """The schedulers components this package ships, named by ``module:attr``: the verl
     integration (subclasses of verl's trainer, replay buffer and schedule policy) is imported
     only when verl's registry or a recipe uses it."""
-    from longcat_plugins.components import Sampler, SchedulePolicy, Trainer
+    from longcat_plugins.components import DoraBalancer, DoraEvictionPolicy, Sampler, SchedulePolicy, Trainer
 
     mod = "longcat_plugins.schedulers"
     return [
@@ -32,6 +32,23 @@ def components() -> list[Component]:
                 "verl's sync v1 trainer with planned prompts: budgets, oversampled groups, curricula, replay, quotas."
             ),
         ),
+        # DORA's policies, registered into the core's registries by the verl bridge like any plugin's
+        DoraEvictionPolicy(
+            "staleness_window",
+            f"{mod}.core.versions:staleness_window",
+            summary="Evict versions no sample of which could still be trained fresh (the default).",
+        ),
+        DoraEvictionPolicy(
+            "idle_or_stale",
+            f"{mod}.core.versions:idle_or_stale",
+            summary="``staleness_window`` plus every older version with no active work.",
+        ),
+        DoraBalancer(
+            "greedy",
+            f"{mod}.core.balancer:greedy",
+            summary="Move newest requests from the most to the least loaded replica past the threshold (default).",
+        ),
+        DoraBalancer("none", f"{mod}.core.balancer:no_balancing", summary="Never migrate."),
         SchedulePolicy(
             "dora_elastic",
             f"{mod}.elastic:DoraSchedulePolicy",
