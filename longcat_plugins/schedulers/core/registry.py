@@ -1,16 +1,17 @@
 """The core's named policies (eviction, balancing) come from the plugin host.
 
-The verl bridge registers every enabled ``DoraEvictionPolicy`` / ``DoraBalancer`` component
-(built-in and third-party alike) into the core's registry dicts the moment their module is
-imported, in every process that imports verl. A process that uses the core without verl (the
-simulator, a Python ``DoraController``) has no bridge: a name it asks for is then taken from
-the process-wide host here, with the same components, so both paths see the same names.
-Names registered directly (``register_eviction_policy``) count too.
+Every enabled ``DoraEvictionPolicy`` / ``DoraBalancer`` component, built-in and third-party
+alike, is put into the core's registry dicts (``EVICTION_POLICIES``, ``BALANCERS``) the first
+time its name is looked up, in whatever process looks it up (the ``dora`` trainer's sampler,
+the load balancer's Ray actor, a Python ``DoraController``, the simulator), from that process's
+host: the same components the verl bridge reports (``longcat-plugins doctor``) and brings in
+line after a re-selection (``Bridge.sync``). Not at import: plugin modules import these modules
+themselves, and building the host then would meet the plugin half-imported. Names registered
+directly (``register_eviction_policy``) count too.
 """
 
 from __future__ import annotations
 
-import sys
 from collections.abc import MutableMapping
 from typing import Any, TypeVar
 
@@ -18,8 +19,6 @@ T = TypeVar("T")
 
 
 def _host_components(kind: str) -> dict[str, Any]:
-    if "longcat_plugins.verl_bridge" in sys.modules:
-        return {}  # the bridge keeps the registry in line with the host (and with re-selections)
     from longcat_plugins.host import get_host
 
     return {c.name: c for c in get_host().components(kind=kind)}
