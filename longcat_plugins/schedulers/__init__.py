@@ -36,19 +36,23 @@ def components() -> list[Component]:
         DoraEvictionPolicy(
             "staleness_window",
             f"{mod}.core.versions:staleness_window",
-            summary="Evict versions no sample of which could still be trained fresh (the default).",
+            summary="Evict versions no sample of which could still be trained fresh (``v < latest - staleness``).",
         ),
         DoraEvictionPolicy(
             "idle_or_stale",
             f"{mod}.core.versions:idle_or_stale",
-            summary="``staleness_window`` plus every older version with no active work.",
+            summary="``staleness_window`` plus every older version with no active work (frees memory early).",
         ),
         DoraBalancer(
             "greedy",
             f"{mod}.core.balancer:greedy",
-            summary="Move newest requests from the most to the least loaded replica past the threshold (default).",
+            summary="Move newest requests from the most to the least loaded instance once the load spread reaches the threshold.",
         ),
-        DoraBalancer("none", f"{mod}.core.balancer:no_balancing", summary="Never migrate."),
+        DoraBalancer(
+            "none",
+            f"{mod}.core.balancer:no_balancing",
+            summary="Never migrate; the cap then stays at ``cap_before_rebalance`` for the whole step.",
+        ),
         SchedulePolicy(
             "dora_elastic",
             f"{mod}.elastic:DoraSchedulePolicy",

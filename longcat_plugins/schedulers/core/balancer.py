@@ -80,9 +80,11 @@ def load_spread(loads: Mapping[str, tuple[str, ...]], cap: int) -> float:
 
 
 def greedy(ctx: BalanceContext) -> list[Migration]:
-    """When the spread of load fractions reaches the threshold, repeatedly move the newest
-    request of the most loaded instance to the least loaded one until the counts differ by at
-    most one and no instance holds more than ``cap`` while another has room."""
+    """Move newest requests from the most to the least loaded instance once the load spread reaches the threshold.
+
+    When the spread of load fractions reaches the threshold, repeatedly move the newest request
+    of the most loaded instance to the least loaded one until the counts differ by at most one
+    and no instance holds more than ``cap`` while another has room."""
     if load_spread(ctx.loads, ctx.cap) < ctx.threshold:
         return []
     queues = {k: list(v) for k, v in ctx.loads.items()}
