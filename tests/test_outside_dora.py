@@ -186,3 +186,24 @@ def test_the_plugins_policies_run_inside_verls_dora_trainer(
     assert {r["pid"] for r in plans}.isdisjoint({r["pid"] for r in evictions})
     assert any(len(r["loads"]) == 2 for r in plans), plans[:5]
     assert [s["step"] for s in result.steps] == [1, 2]
+
+
+def test_without_verl_the_core_takes_the_names_from_the_host(fake_site: Path) -> None:
+    """The simulator and a Python DoraController have no verl (so no bridge): a selected name
+    still resolves to the installed plugin's function, and the core never imports verl for it."""
+    import subprocess
+
+    install(fake_site)
+    code = (
+        "import sys\n"
+        "from longcat_plugins.schedulers.core import DoraConfig\n"
+        "from longcat_plugins.schedulers.core.balancer import balancer\n"
+        "from longcat_plugins.schedulers.core.versions import VersionSet\n"
+        "DoraConfig(eviction='freshest_only', balancer='marked_greedy')\n"
+        "versions = VersionSet(0, 'freshest_only')\n"
+        "versions.publish(1, 3, {})\n"
+        "print(versions.publish(2, 3, {}), balancer('marked_greedy').__module__, 'verl' in sys.modules)\n"
+    )
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=300)
+    assert out.returncode == 0, out.stderr
+    assert out.stdout.split() == ["[1]", "outside_dora_dist", "False"], out.stdout + out.stderr

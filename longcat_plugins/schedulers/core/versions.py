@@ -35,12 +35,14 @@ from longcat_plugins.schedulers.core.registry import lookup, registered_names
 
 @dataclass(frozen=True)
 class EvictionContext:
-    """What an eviction policy sees right after version ``latest`` was published."""
+    """What an eviction policy sees: in the controller, right after version ``latest`` was
+    published; in verl's ``dora`` sampler, before a batch that trains version ``latest``."""
 
     live: tuple[int, ...]
     latest: int
     staleness: int
-    #: requests in flight or waiting to be issued, per live version
+    #: per live version: requests in flight or waiting to be issued (controller), finished
+    #: groups waiting for a batch (verl sampler)
     active: Mapping[int, int]
 
 
