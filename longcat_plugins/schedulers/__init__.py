@@ -32,7 +32,7 @@ def components() -> list[Component]:
                 "verl's sync v1 trainer with planned prompts: budgets, oversampled groups, curricula, replay, quotas."
             ),
         ),
-        # DORA's policies, registered into the core's registries by the verl bridge like any plugin's
+        # DORA's policies: selected by name like any plugin's (schedulers.core.registry)
         DoraEvictionPolicy(
             "staleness_window",
             f"{mod}.core.versions:staleness_window",

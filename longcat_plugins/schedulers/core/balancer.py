@@ -5,9 +5,9 @@ Load of an instance = its in-flight requests. A balancer strategy is a function
 ``(BalanceContext) -> list[Migration]``; returning an empty list means "no rebalance now". The
 controller applies the plan to its bookkeeping and hands it to the caller, who moves the
 requests (and their KV cache) between engines. A plugin ships one as a
-:class:`~longcat_plugins.components.DoraBalancer` from its ``register_schedulers`` hook; the verl
-bridge registers every enabled one (the built-ins below included) into :data:`BALANCERS` in
-every process, and it is selected with ``DoraConfig.balancer`` (Python controller) or
+:class:`~longcat_plugins.components.DoraBalancer` from its ``register_schedulers`` hook; every
+enabled one (the built-ins below included) enters :data:`BALANCERS` on its first lookup, in the
+process that asks (:mod:`.registry`); it is selected with ``DoraConfig.balancer`` (Python controller) or
 ``longcat.settings.scheduler.dora.balancer`` (verl's ``dora`` trainer) and looked up with
 :func:`balancer`. :func:`register_balancer` registers one directly, for Python use of the core
 without the plugin host::
@@ -44,7 +44,7 @@ class BalanceContext:
 
 
 Balancer = Callable[[BalanceContext], list[Migration]]
-#: filled by the verl bridge from the host's ``DoraBalancer`` components (and by
+#: filled from the host's ``DoraBalancer`` components on lookup, kept in line by the verl bridge (and by
 #: :func:`register_balancer`); read it through :func:`balancer`
 BALANCERS: dict[str, Balancer] = {}
 

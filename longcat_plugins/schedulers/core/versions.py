@@ -8,9 +8,9 @@ An eviction policy is a function ``(EvictionContext) -> iterable of versions to 
 by name: ``DoraConfig.eviction`` in the Python controller, ``longcat.settings.scheduler.dora.eviction``
 in verl's ``dora`` trainer. A plugin ships one as a
 :class:`~longcat_plugins.components.DoraEvictionPolicy` from its ``register_schedulers`` hook;
-the verl bridge registers every enabled one (the built-ins below included) into
-:data:`EVICTION_POLICIES` in every process, so they are looked up with
-:func:`eviction_policy`, never by indexing the dict. :func:`register_eviction_policy` registers
+every enabled one (the built-ins below included) enters :data:`EVICTION_POLICIES` on its first
+lookup with :func:`eviction_policy`, in the process that asks (:mod:`.registry`), so look names
+up with it, never by indexing the dict. :func:`register_eviction_policy` registers
 one directly, for Python use of the core without the plugin host::
 
     from longcat_plugins.schedulers.core.versions import register_eviction_policy
@@ -47,7 +47,7 @@ class EvictionContext:
 
 
 EvictionPolicy = Callable[[EvictionContext], Iterable[int]]
-#: filled by the verl bridge from the host's ``DoraEvictionPolicy`` components (and by
+#: filled from the host's ``DoraEvictionPolicy`` components on lookup, kept in line by the verl bridge (and by
 #: :func:`register_eviction_policy`); read it through :func:`eviction_policy`
 EVICTION_POLICIES: dict[str, EvictionPolicy] = {}
 
