@@ -15,6 +15,8 @@ from longcat_plugins.components import (  # noqa: E402 - imported after the watc
     AdvantageEstimator,
     AgentLoop,
     Component,
+    DoraBalancer,
+    DoraEvictionPolicy,
     Family,
     FusionMethod,
     PolicyLoss,
@@ -49,5 +51,7 @@ __all__ = [
     "Trainer",
     "Sampler",
     "SchedulePolicy",
+    "DoraEvictionPolicy",
+    "DoraBalancer",
     "FusionMethod",
 ]

@@ -31,6 +31,8 @@ __all__ = [
     "Trainer",
     "Sampler",
     "SchedulePolicy",
+    "DoraEvictionPolicy",
+    "DoraBalancer",
     "FusionMethod",
     "COMPONENT_TYPES",
     "ComponentImportError",
@@ -447,6 +449,58 @@ class SchedulePolicy(Component):
 
 
 @dataclass(frozen=True)
+class DoraEvictionPolicy(Component):
+    """A DORA eviction policy, selected by ``longcat.settings.scheduler.dora.eviction`` (verl's
+    ``dora`` trainer) or ``DoraConfig.eviction`` (the Python ``DoraController``); the built-in
+    ``staleness_window`` is the default. A function ``fn(ctx) -> iterable of versions`` of an
+    :class:`~longcat_plugins.schedulers.core.versions.EvictionContext` (``live`` versions,
+    ``latest``, ``staleness``, ``active`` work per version); it may not name ``latest`` or a
+    version that is not live. In verl's ``dora`` trainer the sampler calls it before every batch
+    with the versions of the finished groups waiting for a batch (``active``: groups per
+    version) and ``latest`` the version being trained: the groups of every version it names are
+    evicted (replayed later with ``reuse_ratio > 0``, else regenerated). It must evict at least
+    the versions outside the staleness window, or the sampler stops the run (the bound is a
+    guarantee, not a policy); it may evict more. In the controller it decides which versions
+    leave the generation instances (their work is aborted).
+
+    Example::
+
+        def freshest_only(ctx):
+            return [v for v in ctx.live if v != ctx.latest]
+
+        DoraEvictionPolicy("freshest_only", freshest_only)
+    """
+
+    family: ClassVar[Family] = Family.SCHEDULER
+    kind: ClassVar[str] = "dora_eviction_policy"
+    verl_entry: ClassVar[str] = "schedulers.core.versions.EVICTION_POLICIES (longcat.settings.scheduler.dora.eviction)"
+
+
+@dataclass(frozen=True)
+class DoraBalancer(Component):
+    """A DORA load-balancer strategy, selected by ``longcat.settings.scheduler.dora.balancer``
+    (verl's ``dora`` trainer with ``load_balancer: dora``) or ``DoraConfig.balancer`` (the Python
+    ``DoraController``); the built-in ``greedy`` is the default. A function ``fn(ctx) ->
+    list[Migration]`` of a :class:`~longcat_plugins.schedulers.core.balancer.BalanceContext`
+    (in-flight request ids per replica, oldest first, the cap after a rebalance, the trigger
+    threshold). The ``DoraLoadBalancer`` actor calls it after every load change; the first
+    non-empty plan of a step switches the two-phase cap, and with ``migrate_requests`` each move
+    is executed on a replica holding the request's version (or dropped when none has room).
+
+    Example::
+
+        def never(ctx):
+            return []
+
+        DoraBalancer("never", never)
+    """
+
+    family: ClassVar[Family] = Family.SCHEDULER
+    kind: ClassVar[str] = "dora_balancer"
+    verl_entry: ClassVar[str] = "schedulers.core.balancer.BALANCERS (longcat.settings.scheduler.dora.balancer)"
+
+
+@dataclass(frozen=True)
 class FusionMethod(Component):
     """A checkpoint-fusion method; verl has no counterpart, so it is used through
     ``longcat-plugins fuse`` and :mod:`longcat_plugins.fusion`. If ``config`` is omitted, the
@@ -496,7 +550,7 @@ def schema_from_signature(fn: Any, schema_name: str) -> type | None:
 
 COMPONENT_TYPES: dict[Family, tuple[type[Component], ...]] = {
     Family.ALGORITHM: (PolicyLoss, AdvantageEstimator),
-    Family.SCHEDULER: (Trainer, Sampler, SchedulePolicy),
+    Family.SCHEDULER: (Trainer, Sampler, SchedulePolicy, DoraEvictionPolicy, DoraBalancer),
     Family.REWARD: (RewardManager, RewardFunction, ValidationMetric, RewardGuard),
     Family.ENVIRONMENT: (AgentLoop, Tool),
     Family.FUSION: (FusionMethod,),

@@ -28,6 +28,8 @@ import pluggy
 from longcat_plugins.components import (
     AdvantageEstimator,
     AgentLoop,
+    DoraBalancer,
+    DoraEvictionPolicy,
     FusionMethod,
     PolicyLoss,
     RewardFunction,
@@ -63,16 +65,28 @@ def register_algorithms() -> Sequence[PolicyLoss | AdvantageEstimator]:
 
 
 @hookspec
-def register_schedulers() -> Sequence[Trainer | Sampler | SchedulePolicy]:
+def register_schedulers() -> Sequence[Trainer | Sampler | SchedulePolicy | DoraEvictionPolicy | DoraBalancer]:
     """Rollout/training schedulers: v1 trainers (``trainer.v1.trainer_mode``), v1 replay-buffer
-    samplers (``trainer.v1.sampler.custom_sampler``) and fully-async dynamic-schedule policies
-    (``async_training.dynamic_schedule_policy``).
+    samplers (``trainer.v1.sampler.custom_sampler``), fully-async dynamic-schedule policies
+    (``async_training.dynamic_schedule_policy``), and DORA's policies: eviction policies
+    (``longcat.settings.scheduler.dora.eviction``) and load-balancer strategies
+    (``longcat.settings.scheduler.dora.balancer``), plain functions of the scheduler core's
+    ``EvictionContext`` / ``BalanceContext`` that the ``dora`` trainer's sampler and load
+    balancer call (and the Python ``DoraController``). An unknown name exits 2 before Ray,
+    listing the registered ones.
 
     Example::
 
+        def keep_newest_two(ctx):  # an EvictionContext: live, latest, staleness, active
+            return [v for v in ctx.live if v < ctx.latest - 1 or v < ctx.latest - ctx.staleness]
+
         @hookimpl
         def register_schedulers():
-            return [Trainer("dora", DoraTrainer, config=DoraConfig)]
+            return [
+                Trainer("dora", DoraTrainer, config=DoraConfig),
+                DoraEvictionPolicy("keep_newest_two", keep_newest_two),
+                DoraBalancer("never", lambda ctx: []),
+            ]
     """
 
 

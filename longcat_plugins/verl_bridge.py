@@ -42,6 +42,11 @@ class VerlTarget:
     base: tuple[str, str] | None = None
     #: the stock verl key that selects a name of this kind, for validation messages
     selected_by: str = ""
+    #: register the moment ``module`` is imported (verl's registries). The scheduler core's
+    #: registries are not hooked: plugin modules import them at their own import time, and a
+    #: hook there would build the host while that plugin is half-imported. They are filled on
+    #: first lookup (:mod:`longcat_plugins.schedulers.core.registry`) and by :meth:`Bridge.sync`.
+    on_import: bool = True
 
 
 def _attr(name: str) -> Callable[[ModuleType], MutableMapping[str, Any]]:
@@ -104,6 +109,24 @@ TARGETS: dict[str, VerlTarget] = {
             _same,
             base=("verl.experimental.fully_async_policy.dynamic_schedule.base", "DynamicSchedulePolicyBase"),
             selected_by="async_training.dynamic_schedule_policy",
+        ),
+        # not verl's: the scheduler core's registries, read by verl's ``dora`` trainer (its sampler
+        # and load balancer) and by the Python DoraController
+        VerlTarget(
+            "dora_eviction_policy",
+            "longcat_plugins.schedulers.core.versions",
+            _attr("EVICTION_POLICIES"),
+            _same,
+            selected_by="longcat.settings.scheduler.dora.eviction",
+            on_import=False,
+        ),
+        VerlTarget(
+            "dora_balancer",
+            "longcat_plugins.schedulers.core.balancer",
+            _attr("BALANCERS"),
+            _same,
+            selected_by="longcat.settings.scheduler.dora.balancer",
+            on_import=False,
         ),
     )
 }
@@ -317,7 +340,7 @@ def _package_ancestors(module_name: str) -> list[str]:
 
 
 #: packages on the import path of some registry module; each gets an import hook (see _install)
-REGISTRY_PACKAGES = sorted({p for t in TARGETS.values() for p in _package_ancestors(t.module)})
+REGISTRY_PACKAGES = sorted({p for t in TARGETS.values() if t.on_import for p in _package_ancestors(t.module)})
 
 
 class Waiting(str):
@@ -372,7 +395,7 @@ def _install() -> None:
         for package in REGISTRY_PACKAGES:
             when_imported(package, bridge.retry_deferred)
         import_hooks.watch_package("longcat_plugins", bridge.on_plugin_module_imported)
-        for module_name in sorted({t.module for t in TARGETS.values()}):
+        for module_name in sorted({t.module for t in TARGETS.values() if t.on_import}):
             when_imported(module_name, bridge.on_module_imported)
         _check_verl_version()
     except Exception:  # never make `import verl` fail

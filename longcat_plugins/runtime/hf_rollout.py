@@ -418,7 +418,7 @@ class HFServer:
         those a running batch still uses (its stale requests are stopped by ``stop_stale``) and,
         after ``set_staleness``, those inside the window. Without a window that is: every version
         that is neither the newest nor in use."""
-        from longcat_plugins.schedulers.core.versions import EVICTION_POLICIES, EvictionContext
+        from longcat_plugins.schedulers.core.versions import EvictionContext, idle_or_stale
 
         if self.single_version:
             for version in [v for v in self.versions if v != self.weights_version]:
@@ -428,7 +428,7 @@ class HFServer:
         live = tuple(sorted(self.versions))
         ctx = EvictionContext(live, self.weights_version, staleness=len(live), active=dict(self.in_use))
         newest = self.versions[self.weights_version][1]
-        for version in EVICTION_POLICIES["idle_or_stale"](ctx):
+        for version in idle_or_stale(ctx):
             steps = self.versions[version][1]
             retained = (
                 self.keep_window is not None

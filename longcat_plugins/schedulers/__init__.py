@@ -9,7 +9,7 @@ def components() -> list[Component]:
     """The schedulers components this package ships, named by ``module:attr``: the verl
     integration (subclasses of verl's trainer, replay buffer and schedule policy) is imported
     only when verl's registry or a recipe uses it."""
-    from longcat_plugins.components import Sampler, SchedulePolicy, Trainer
+    from longcat_plugins.components import DoraBalancer, DoraEvictionPolicy, Sampler, SchedulePolicy, Trainer
 
     mod = "longcat_plugins.schedulers"
     return [
@@ -31,6 +31,27 @@ def components() -> list[Component]:
             summary=(
                 "verl's sync v1 trainer with planned prompts: budgets, oversampled groups, curricula, replay, quotas."
             ),
+        ),
+        # DORA's policies: selected by name like any plugin's (schedulers.core.registry)
+        DoraEvictionPolicy(
+            "staleness_window",
+            f"{mod}.core.versions:staleness_window",
+            summary="Evict versions no sample of which could still be trained fresh (``v < latest - staleness``).",
+        ),
+        DoraEvictionPolicy(
+            "idle_or_stale",
+            f"{mod}.core.versions:idle_or_stale",
+            summary="``staleness_window`` plus every older version with no active work (frees memory early).",
+        ),
+        DoraBalancer(
+            "greedy",
+            f"{mod}.core.balancer:greedy",
+            summary="Move newest requests from the most to the least loaded instance once the load spread reaches the threshold.",
+        ),
+        DoraBalancer(
+            "none",
+            f"{mod}.core.balancer:no_balancing",
+            summary="Never migrate; the cap then stays at ``cap_before_rebalance`` for the whole step.",
         ),
         SchedulePolicy(
             "dora_elastic",

@@ -9,7 +9,7 @@ while every replica is at its cap, and is woken by the next release, added serve
 change.
 
 The rebalance decision is the core's: after every load change the balancer strategy of
-:mod:`~longcat_plugins.schedulers.core.balancer` (``BALANCERS[config.balancer]``, ``greedy`` by
+:mod:`~longcat_plugins.schedulers.core.balancer` (``balancer(config.balancer)``, ``greedy`` by
 default: load spread at ``rebalance_threshold``) is asked for a plan over the replicas'
 in-flight request ids, and the first non-empty plan of a step switches the cap, as
 ``DoraController.rebalance`` does (``dora/lb/planned_migrations``).
@@ -56,7 +56,7 @@ from typing import Any, ClassVar
 import ray
 from verl.workers.rollout.router import DEFAULT_ROUTING_CACHE_SIZE, GlobalRequestLoadBalancer
 
-from longcat_plugins.schedulers.core.balancer import BALANCERS, BalanceContext, TwoPhaseCap, place_migrations
+from longcat_plugins.schedulers.core.balancer import BalanceContext, TwoPhaseCap, balancer, place_migrations
 from longcat_plugins.schedulers.core.config import DoraConfig
 from longcat_plugins.schedulers.core.metrics import LoadMeter
 from longcat_plugins.schedulers.core.replicas import Actions, ReplicaRoller
@@ -371,7 +371,7 @@ class DoraLoadBalancer(GlobalRequestLoadBalancer):
             self.config.cap_after_rebalance,
             self.config.rebalance_threshold,
         )
-        plan = BALANCERS[self.config.balancer](ctx)
+        plan = balancer(self.config.balancer)(ctx)
         if plan:
             self.cap.on_rebalance()
             self._step["rebalances"] += 1

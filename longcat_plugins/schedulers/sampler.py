@@ -9,7 +9,10 @@ rules rather than its own copies:
   a sample is judged by the weights version that generated it (its oldest, recorded per
   trajectory in ``min_global_steps``), not by its prompt's submission step
   (``max_off_policy_threshold``, disabled here). verl trains step ``s`` with version ``s - 1``.
-  Finished groups that are no longer fresh are dropped and verl refills their prompts.
+  Finished groups that are no longer fresh are dropped and verl refills their prompts. Which
+  versions' groups are dropped is the selected eviction policy's decision
+  (``longcat.settings.scheduler.dora.eviction``, a ``DoraEvictionPolicy`` component; the default
+  ``staleness_window`` drops exactly the groups outside the bound, and no policy may keep one).
 - **Online filtering (D1)** with the core's :func:`~longcat_plugins.schedulers.core.filtering.filter_verdict`,
   through verl's own group-filter hook (``_dapo_filtered_keys``): verl evicts, refills and
   reports the groups exactly as for its DAPO ``filter_groups``, which verl does not enable for
@@ -61,6 +64,7 @@ from longcat_plugins.schedulers.core.filtering import filter_verdict
 from longcat_plugins.schedulers.core.queue import is_fresh, sample_staleness
 from longcat_plugins.schedulers.core.quotas import DomainQuotas
 from longcat_plugins.schedulers.core.replay import ReplayBuffer, replay_count
+from longcat_plugins.schedulers.core.versions import EvictionContext, evicted_versions
 from longcat_plugins.schedulers.settings import SETTINGS_PATH, DoraSettings
 
 PREFIX = "dora"
@@ -186,15 +190,31 @@ class DoraReplayBuffer(ReplayBufferAsync):
         return versions
 
     def _stale_terminal_keys(self, global_steps: int, partition_id: str) -> set[str]:
+        """verl's stale-group eviction, decided by the selected eviction policy over the
+        versions (oldest per group) of the finished groups waiting for a batch."""
         if partition_id == "val":
             return set()
         versions = self.group_versions(partition_id)
-        current = trained_version(global_steps)
-        return {
-            uid
-            for uid in self.finished_keys[partition_id]
-            if versions.get(uid) and not is_fresh(current, min(versions[uid]), self.staleness)
-        }
+        oldest = {uid: min(versions[uid]) for uid in self.finished_keys[partition_id] if versions.get(uid)}
+        evicted = self.evicted_versions(trained_version(global_steps), Counter(oldest.values()))
+        return {uid for uid, version in oldest.items() if version in evicted}
+
+    def evicted_versions(self, current: int, waiting: Counter[int]) -> set[int]:
+        """Ask ``settings.eviction`` which versions' groups to evict while training ``current``
+        (``waiting``: finished groups per version). The policy sees the versions up to
+        ``current`` (``latest``; newer ones are never evicted) and must name every one outside
+        the staleness window (the bound is the sampler's guarantee); it may name more."""
+        live = tuple(sorted({v for v in waiting if v < current} | {current}))
+        ctx = EvictionContext(live, current, self.staleness, {v: waiting.get(v, 0) for v in live})
+        evicted = set(evicted_versions(self.settings.eviction, ctx))
+        kept = sorted(v for v in live if not is_fresh(current, v, self.staleness) and v not in evicted)
+        if kept:
+            raise RuntimeError(
+                f"dora sampler: eviction policy {self.settings.eviction!r} ({SETTINGS_PATH}.eviction) kept "
+                f"version(s) {kept} outside the staleness window (bound {self.staleness}, training version "
+                f"{current}); a policy may evict more than the window, never less"
+            )
+        return evicted
 
     def finished_groups(self, partition_id: str) -> dict[str, FinishedGroup]:
         """Domain and D1 verdict of every finished group, read once from TransferQueue (finished

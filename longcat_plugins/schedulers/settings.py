@@ -85,6 +85,11 @@ class DoraSettings:
             batch took them are kept (up to ``replay_capacity`` groups, oldest dropped first)
             and ``round(reuse_ratio * batch)`` of them are mixed into each later batch, each
             once (the core's ``DoraConfig.reuse_ratio``); 0: dropped and regenerated.
+        eviction: the eviction policy (a ``DoraEvictionPolicy`` component, built-in or a
+            plugin's) the sampler asks, before every batch, which versions' finished groups to
+            evict; the default ``staleness_window`` evicts exactly those outside ``staleness``.
+        balancer: the load-balancer strategy (a ``DoraBalancer`` component) the ``dora`` load
+            balancer asks for migration plans (``load_balancer: dora``); default ``greedy``.
     """
 
     staleness: int = 1
@@ -116,6 +121,8 @@ class DoraSettings:
     pass_rate_momentum: float = DoraConfig.pass_rate_momentum
     reuse_ratio: float = DoraConfig.reuse_ratio
     replay_capacity: int = DoraConfig.replay_capacity
+    eviction: str = DoraConfig.eviction
+    balancer: str = DoraConfig.balancer
 
     def __post_init__(self) -> None:
         if not isinstance(self.staleness, int) or self.staleness < 0:
@@ -178,6 +185,7 @@ class DoraSettings:
                 "cap_after_rebalance": self.cap_after_rebalance,
                 "rebalance_threshold": self.rebalance_threshold,
                 "load_ratio_capacity": self.load_ratio_capacity,
+                "balancer": self.balancer,
             },
             path=SETTINGS_PATH,
         )
@@ -208,6 +216,8 @@ class DoraSettings:
                 "pass_rate_momentum": float(self.pass_rate_momentum),
                 "reuse_ratio": self.reuse_ratio,
                 "replay_capacity": self.replay_capacity,
+                "eviction": self.eviction,
+                "balancer": self.balancer,
             },
             path=SETTINGS_PATH,
         )

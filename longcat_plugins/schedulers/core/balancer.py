@@ -4,8 +4,13 @@ two-phase per-instance request cap.
 Load of an instance = its in-flight requests. A balancer strategy is a function
 ``(BalanceContext) -> list[Migration]``; returning an empty list means "no rebalance now". The
 controller applies the plan to its bookkeeping and hands it to the caller, who moves the
-requests (and their KV cache) between engines. Register your own with
-:func:`register_balancer` and select it with ``DoraConfig.balancer``::
+requests (and their KV cache) between engines. A plugin ships one as a
+:class:`~longcat_plugins.components.DoraBalancer` from its ``register_schedulers`` hook; every
+enabled one (the built-ins below included) enters :data:`BALANCERS` on its first lookup, in the
+process that asks (:mod:`.registry`); it is selected with ``DoraConfig.balancer`` (Python controller) or
+``longcat.settings.scheduler.dora.balancer`` (verl's ``dora`` trainer) and looked up with
+:func:`balancer`. :func:`register_balancer` registers one directly, for Python use of the core
+without the plugin host::
 
     from longcat_plugins.schedulers.core.balancer import register_balancer
 
@@ -24,6 +29,7 @@ from __future__ import annotations
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 
+from longcat_plugins.schedulers.core.registry import lookup, registered_names
 from longcat_plugins.schedulers.core.types import Migration
 
 
@@ -38,7 +44,19 @@ class BalanceContext:
 
 
 Balancer = Callable[[BalanceContext], list[Migration]]
+#: filled from the host's ``DoraBalancer`` components on lookup, kept in line by the verl bridge (and by
+#: :func:`register_balancer`); read it through :func:`balancer`
 BALANCERS: dict[str, Balancer] = {}
+
+
+def balancer_names() -> list[str]:
+    """Every registered balancer, built-in and third-party, sorted."""
+    return registered_names("dora_balancer", BALANCERS)
+
+
+def balancer(name: str) -> Balancer:
+    """The balancer strategy registered as ``name``; an unknown name is an error listing the choices."""
+    return lookup("dora_balancer", BALANCERS, name, "balancer")
 
 
 def register_balancer(name: str) -> Callable[[Balancer], Balancer]:
@@ -61,11 +79,12 @@ def load_spread(loads: Mapping[str, tuple[str, ...]], cap: int) -> float:
     return max(fractions) - min(fractions)
 
 
-@register_balancer("greedy")
 def greedy(ctx: BalanceContext) -> list[Migration]:
-    """When the spread of load fractions reaches the threshold, repeatedly move the newest
-    request of the most loaded instance to the least loaded one until the counts differ by at
-    most one and no instance holds more than ``cap`` while another has room."""
+    """Move newest requests from the most to the least loaded instance once the load spread reaches the threshold.
+
+    When the spread of load fractions reaches the threshold, repeatedly move the newest request
+    of the most loaded instance to the least loaded one until the counts differ by at most one
+    and no instance holds more than ``cap`` while another has room."""
     if load_spread(ctx.loads, ctx.cap) < ctx.threshold:
         return []
     queues = {k: list(v) for k, v in ctx.loads.items()}
@@ -110,7 +129,6 @@ def place_migrations(
     return placed
 
 
-@register_balancer("none")
 def no_balancing(ctx: BalanceContext) -> list[Migration]:
     """Never migrate; the cap then stays at ``cap_before_rebalance`` for the whole step."""
     return []

@@ -136,13 +136,13 @@ class DoraConfig:
             )
         if self.reuse_ratio > 0 and self.replay_capacity == 0:
             fail("replay_capacity", "must be > 0 when reuse_ratio > 0")
-        from longcat_plugins.schedulers.core.balancer import BALANCERS
-        from longcat_plugins.schedulers.core.versions import EVICTION_POLICIES
+        from longcat_plugins.schedulers.core.balancer import balancer_names
+        from longcat_plugins.schedulers.core.versions import eviction_policy_names
 
-        if self.balancer not in BALANCERS:
-            fail("balancer", f"must be one of {sorted(BALANCERS)}")
-        if self.eviction not in EVICTION_POLICIES:
-            fail("eviction", f"must be one of {sorted(EVICTION_POLICIES)}")
+        if self.balancer not in (balancers := balancer_names()):
+            fail("balancer", f"must be one of {balancers}")
+        if self.eviction not in (policies := eviction_policy_names()):
+            fail("eviction", f"must be one of {policies}")
 
     # -- derived ---------------------------------------------------------------------------------
 

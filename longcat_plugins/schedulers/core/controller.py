@@ -35,7 +35,7 @@ from collections import Counter, deque
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from longcat_plugins.schedulers.core.balancer import BALANCERS, BalanceContext, TwoPhaseCap
+from longcat_plugins.schedulers.core.balancer import BalanceContext, TwoPhaseCap, balancer
 from longcat_plugins.schedulers.core.config import ConfigError, DoraConfig
 from longcat_plugins.schedulers.core.filtering import PromptSampler, filter_verdict
 from longcat_plugins.schedulers.core.metrics import LoadMeter, SchedulerStats
@@ -265,7 +265,7 @@ class DoraController:
             self.config.cap_after_rebalance,
             self.config.rebalance_threshold,
         )
-        plan = BALANCERS[self.config.balancer](ctx)
+        plan = balancer(self.config.balancer)(ctx)
         for move in plan:
             request = self.in_flight.get(move.request_id)
             if request is None or request.instance != move.source or move.target not in self.instances:

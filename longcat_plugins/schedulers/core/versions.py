@@ -4,9 +4,14 @@ Every generation instance holds the same set of *live* versions (at most ``stale
 the default policy). New groups start on the newest live version; a group keeps the version it
 started with until its last sample finishes, so no sample mixes versions.
 
-An eviction policy is a function ``(EvictionContext) -> iterable of versions to evict``,
-registered under a name with :func:`register_eviction_policy` and chosen by
-``DoraConfig.eviction``. Writing your own::
+An eviction policy is a function ``(EvictionContext) -> iterable of versions to evict``, chosen
+by name: ``DoraConfig.eviction`` in the Python controller, ``longcat.settings.scheduler.dora.eviction``
+in verl's ``dora`` trainer. A plugin ships one as a
+:class:`~longcat_plugins.components.DoraEvictionPolicy` from its ``register_schedulers`` hook;
+every enabled one (the built-ins below included) enters :data:`EVICTION_POLICIES` on its first
+lookup with :func:`eviction_policy`, in the process that asks (:mod:`.registry`), so look names
+up with it, never by indexing the dict. :func:`register_eviction_policy` registers
+one directly, for Python use of the core without the plugin host::
 
     from longcat_plugins.schedulers.core.versions import register_eviction_policy
 
@@ -25,21 +30,48 @@ from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
 
 from longcat_plugins.schedulers.core.queue import is_fresh
+from longcat_plugins.schedulers.core.registry import lookup, registered_names
 
 
 @dataclass(frozen=True)
 class EvictionContext:
-    """What an eviction policy sees right after version ``latest`` was published."""
+    """What an eviction policy sees: in the controller, right after version ``latest`` was
+    published; in verl's ``dora`` sampler, before a batch that trains version ``latest``."""
 
     live: tuple[int, ...]
     latest: int
     staleness: int
-    #: requests in flight or waiting to be issued, per live version
+    #: per live version: requests in flight or waiting to be issued (controller), finished
+    #: groups waiting for a batch (verl sampler)
     active: Mapping[int, int]
 
 
 EvictionPolicy = Callable[[EvictionContext], Iterable[int]]
+#: filled from the host's ``DoraEvictionPolicy`` components on lookup, kept in line by the verl bridge (and by
+#: :func:`register_eviction_policy`); read it through :func:`eviction_policy`
 EVICTION_POLICIES: dict[str, EvictionPolicy] = {}
+
+
+def eviction_policy_names() -> list[str]:
+    """Every registered eviction policy, built-in and third-party, sorted."""
+    return registered_names("dora_eviction_policy", EVICTION_POLICIES)
+
+
+def eviction_policy(name: str) -> EvictionPolicy:
+    """The eviction policy registered as ``name``; an unknown name is an error listing the choices."""
+    return lookup("dora_eviction_policy", EVICTION_POLICIES, name, "eviction policy")
+
+
+def evicted_versions(name: str, ctx: EvictionContext) -> list[int]:
+    """Run policy ``name`` on ``ctx``: the versions to evict, sorted, checked (the newest
+    version and versions that are not live may not be named)."""
+    evicted = sorted(set(eviction_policy(name)(ctx)))
+    for v in evicted:
+        if v == ctx.latest:
+            raise ValueError(f"eviction policy {name!r} tried to evict the newest version {v}")
+        if v not in ctx.live:
+            raise ValueError(f"eviction policy {name!r} evicted {v}, which is not live {list(ctx.live)}")
+    return evicted
 
 
 def register_eviction_policy(name: str) -> Callable[[EvictionPolicy], EvictionPolicy]:
@@ -54,13 +86,11 @@ def register_eviction_policy(name: str) -> Callable[[EvictionPolicy], EvictionPo
     return decorate
 
 
-@register_eviction_policy("staleness_window")
 def staleness_window(ctx: EvictionContext) -> list[int]:
     """Evict versions no sample of which could still be trained fresh (``v < latest - staleness``)."""
     return [v for v in ctx.live if not is_fresh(ctx.latest, v, ctx.staleness)]
 
 
-@register_eviction_policy("idle_or_stale")
 def idle_or_stale(ctx: EvictionContext) -> list[int]:
     """``staleness_window`` plus every older version with no active work (frees memory early)."""
     return [
@@ -74,8 +104,7 @@ class VersionSet:
     """The live versions, newest last."""
 
     def __init__(self, initial: int = 0, policy: str = "staleness_window") -> None:
-        if policy not in EVICTION_POLICIES:
-            raise ValueError(f"unknown eviction policy {policy!r}; registered: {sorted(EVICTION_POLICIES)}")
+        eviction_policy(policy)  # an unknown name fails here, listing the choices
         self.policy = policy
         self.live: list[int] = [initial]
 
@@ -92,12 +121,7 @@ class VersionSet:
             raise ValueError(f"published version {version} must be newer than the latest live version {self.latest}")
         self.live.append(version)
         ctx = EvictionContext(tuple(self.live), version, staleness, dict(active))
-        evicted = sorted(set(EVICTION_POLICIES[self.policy](ctx)))
-        for v in evicted:
-            if v == version:
-                raise ValueError(f"eviction policy {self.policy!r} tried to evict the newest version {version}")
-            if v not in self.live:
-                raise ValueError(f"eviction policy {self.policy!r} evicted {v}, which is not live {self.live}")
+        evicted = evicted_versions(self.policy, ctx)
         self.live = [v for v in self.live if v not in evicted]
         return evicted
 
