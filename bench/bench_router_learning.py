@@ -26,8 +26,10 @@ from provenance import REPO, provenance
 
 RAISING = '''
 def picky(data_source, solution_str, ground_truth, extra_info=None, **kwargs):
-    """A user's reward that cannot handle one data source."""
-    raise ValueError(f"picky cannot score {data_source}")
+    """A user's reward that cannot handle one data source (the boom/ rows routed to it)."""
+    if data_source.startswith("boom"):
+        raise ValueError(f"picky cannot score {data_source}")
+    return float(solution_str.strip() == f"The answer is {ground_truth}.")
 '''
 
 
