@@ -4,8 +4,9 @@ the batch? (issue 32: an invalid sample must never turn a step's loss NaN, and t
 ``configs/reward_router_cpu.yaml`` (``longcat_router`` + verl's stock ``grpo``) on the arithmetic
 warm start (``tiny32``, the demo's batch and seeds): the warm start's training prompts are routed
 to ``arithmetic_exact``, and one prompt in eight is relabelled ``boom/...`` and routed to a user
-reward (``reward.custom_reward_function``) that raises on it, so 12.5% of every step's samples are
-invalid (NaN, masked out of grpo's advantages by longcat-plugins). Greedy held-out exact match
+reward (``reward.custom_reward_function``) that raises on it, so 12.5% of the samples are invalid
+on average (NaN, masked out of grpo's advantages by longcat-plugins; the loader shuffles, so a
+step holds up to a third: the failure stop is raised to 0.5 for this run). Greedy held-out exact match
 (``arithmetic_exact``) before training and every 3 steps; the file records it with the failure
 counts, the losses and the provenance.
 
@@ -67,6 +68,8 @@ def main() -> None:
             "reward.custom_reward_function.name=picky",
             "~longcat.settings.reward.longcat_router.routes",
             "+longcat.settings.reward.longcat_router.routes={longcat*: arithmetic_exact, boom*: custom}",
+            # the loader shuffles: a step draws 1 in 8 boom rows on average, up to a third (measured)
+            "+longcat.settings.reward.failures.max_failed_share=0.5",
             f"trainer.total_training_steps={args.steps}",
             f"trainer.test_freq={WARM_TEST_FREQ}",
             "trainer.save_freq=-1",
