@@ -7,6 +7,7 @@ and the load balancer call them."""
 from __future__ import annotations
 
 import json
+import os
 import random
 import sys
 from collections import Counter
@@ -204,6 +205,9 @@ def test_without_verl_the_core_takes_the_names_from_the_host(fake_site: Path) ->
         "versions.publish(1, 3, {})\n"
         "print(versions.publish(2, 3, {}), balancer('marked_greedy').__module__, 'verl' in sys.modules)\n"
     )
-    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=300)
+    # only this test's plugin on the path: another test's session plugin (the example plugin,
+    # installed on PYTHONPATH for the whole worker) may import verl itself
+    env = {**os.environ, "PYTHONPATH": str(fake_site)}
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=300, env=env)
     assert out.returncode == 0, out.stderr
     assert out.stdout.split() == ["[1]", "outside_dora_dist", "False"], out.stdout + out.stderr
