@@ -27,12 +27,8 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
 import platform
-import shlex
 import statistics
-import subprocess
-import sys
 import time
 import warnings
 from collections.abc import Callable
@@ -40,7 +36,7 @@ from pathlib import Path
 from typing import Any
 
 import torch
-import verl
+from provenance import provenance  # bench/provenance.py: the record every bench writes
 from torch.profiler import ProfilerActivity, profile
 from verl.trainer.ppo.core_algos import compute_policy_loss_gspo, compute_policy_loss_vanilla
 from verl.workers.config.actor import ActorConfig, PolicyLossConfig
@@ -223,42 +219,6 @@ def run(batch: int, length: int, reps: int, warmup: int, device: str = "cpu") ->
     return results
 
 
-def provenance(argv: list[str]) -> dict[str, Any]:
-    """Where a result came from: commit of the code measured, UTC time, the command, versions, machine."""
-    import longcat_plugins
-
-    package = Path(longcat_plugins.__file__).resolve().parent
-    commit = subprocess.run(
-        ["git", "-C", str(package), "describe", "--always", "--dirty", "--abbrev=12"], capture_output=True, text=True
-    ).stdout.strip()
-    cpu = next(
-        (
-            line.split(":", 1)[1].strip()
-            for line in _read("/proc/cpuinfo").splitlines()
-            if line.startswith("model name")
-        ),
-        platform.processor() or platform.machine(),
-    )
-    return {
-        "commit": commit or "unknown",
-        "utc": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
-        "command": "PYTHONPATH=. python " + shlex.join(["bench/bench_losses.py", *argv]),
-        "seed": SEED,
-        "python": platform.python_version(),
-        "torch": torch.__version__,
-        "verl": verl.__version__,
-        "cpu": cpu,
-        "cpus": len(os.sched_getaffinity(0)),
-    }
-
-
-def _read(path: str) -> str:
-    try:
-        return Path(path).read_text()
-    except OSError:
-        return ""
-
-
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--batch", type=int, default=64)
@@ -277,7 +237,7 @@ def main() -> None:
     if args.threads:
         torch.set_num_threads(args.threads)
 
-    origin = provenance(sys.argv[1:])  # before the run: the code it imports, not what the tree holds later
+    origin = provenance(seeds=[SEED])  # before the run: the code it imports, not what the tree holds later
     results = run(args.batch, args.length, args.reps, args.warmup, args.device)
     report = {
         "provenance": origin,
