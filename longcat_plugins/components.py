@@ -501,6 +501,33 @@ class DoraBalancer(Component):
 
 
 @dataclass(frozen=True)
+class DataStrategy(Component):
+    """A data strategy the step planner runs under every trainer that plans its prompts (the
+    ``longcat_data`` sync trainer and the ``dora`` streaming trainer), selected by name in
+    ``longcat.settings.scheduler.longcat_data.strategies`` with its settings under
+    ``...longcat_data.strategy_settings.<name>``. The target is a subclass of
+    :class:`~longcat_plugins.data.strategy.PlanningStrategy`: it may reorder the candidate
+    prompts (``order``), reshape each planned row (``shape``: rollouts, response budget), learn
+    from the trained groups (``observe``) and checkpoint its state (``state_dict``); the built-in
+    strategies (budget, oversampling, curricula, replay, quotas, self-verification) run in the
+    same planner. An unknown name, or a strategy whose ``trainers`` exclude the chosen trainer,
+    exits 2 before Ray.
+
+    Example::
+
+        class ShortestFirst(PlanningStrategy):
+            def order(self, candidates, rates, order):
+                return sorted(order, key=lambda i: len(candidates[i].task))
+
+        DataStrategy("shortest_first", ShortestFirst)
+    """
+
+    family: ClassVar[Family] = Family.SCHEDULER
+    kind: ClassVar[str] = "data_strategy"
+    verl_entry: ClassVar[str] = "data.planner.DataPlanner (longcat.settings.scheduler.longcat_data.strategies)"
+
+
+@dataclass(frozen=True)
 class FusionMethod(Component):
     """A checkpoint-fusion method; verl has no counterpart, so it is used through
     ``longcat-plugins fuse`` and :mod:`longcat_plugins.fusion`. If ``config`` is omitted, the
@@ -550,7 +577,7 @@ def schema_from_signature(fn: Any, schema_name: str) -> type | None:
 
 COMPONENT_TYPES: dict[Family, tuple[type[Component], ...]] = {
     Family.ALGORITHM: (PolicyLoss, AdvantageEstimator),
-    Family.SCHEDULER: (Trainer, Sampler, SchedulePolicy, DoraEvictionPolicy, DoraBalancer),
+    Family.SCHEDULER: (Trainer, Sampler, SchedulePolicy, DoraEvictionPolicy, DoraBalancer, DataStrategy),
     Family.REWARD: (RewardManager, RewardFunction, ValidationMetric, RewardGuard),
     Family.ENVIRONMENT: (AgentLoop, Tool),
     Family.FUSION: (FusionMethod,),

@@ -217,7 +217,7 @@ def test_prompt_tokens_count_what_must_fit_the_rollouts_prompt_length(tmp_path) 
     (the self-verification bench allows 40), its shortest fits."""
     from transformers import AutoTokenizer
 
-    from longcat_plugins.data.trainer import prompt_tokens
+    from longcat_plugins.data.planned import prompt_tokens
     from longcat_plugins.runtime.assets import build_tokenizer
     from longcat_plugins.runtime.warmstart import VERIFY_PROMPT
 

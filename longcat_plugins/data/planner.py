@@ -1,5 +1,10 @@
 """The step planner: what each data strategy decides, composed, over the shared task statistics.
 
+It is the one seam every planning trainer calls (``longcat_data`` once per step, ``dora`` per
+chunk of freed capacity through :meth:`DataPlanner.plan`'s ``prompts`` and ``budget``); the
+plugins' strategies (:class:`~longcat_plugins.data.strategy.PlanningStrategy`) run in it after
+the built-in ones.
+
 :meth:`DataPlanner.plan` turns a pool of candidate prompts into prompt rows for verl's agent
 loop: which tasks (D3 curriculum order, S4 per-domain rollout quotas), how many rollouts each
 (D4 budget allocation, else uniform ``rollout.n``), split into how many independently normalised
@@ -29,6 +34,7 @@ from longcat_plugins.data.oversampling import group_sizes, oversampling_coeffici
 from longcat_plugins.data.replay import BatchChoice, GroupRef, ReplayBuffer, choose_batch
 from longcat_plugins.data.settings import DataSettings
 from longcat_plugins.data.stats import TaskStats
+from longcat_plugins.data.strategy import PlanningStrategy
 
 PREFIX = "longcat/data"
 
@@ -74,8 +80,17 @@ class GroupResult:
 class DataPlanner:
     """Plans the prompts of each step and learns from the trained groups."""
 
-    def __init__(self, settings: DataSettings, batch_prompts: int, rollout_n: int, seed: int = 0) -> None:
+    def __init__(
+        self,
+        settings: DataSettings,
+        batch_prompts: int,
+        rollout_n: int,
+        seed: int = 0,
+        strategies: Sequence[PlanningStrategy] = (),
+    ) -> None:
         self.settings = settings
+        #: the plugins' strategies (``settings.strategies``), run after the built-in ones
+        self.strategies = list(strategies)
         self.batch_prompts = batch_prompts
         self.rollout_n = rollout_n
         self.stats = TaskStats(settings.prior_pass_rate, settings.momentum)
@@ -97,6 +112,10 @@ class DataPlanner:
         """Rollouts per step: D4's ``budget``, else ``batch_prompts × rollout.n`` (uniform n)."""
         return self.settings.budget.budget or self.batch_prompts * self.rollout_n
 
+    def context_budget(self) -> int | None:
+        """The D6 response budget of requests started now (``None``: the rollout's ceiling)."""
+        return self.context.max_tokens if self.context is not None else None
+
     def quotas(self, batch_groups: int) -> Any:
         """The core's ``DomainQuotas`` for a trained batch of ``batch_groups`` groups."""
         from longcat_plugins.schedulers.core.config import DoraConfig
@@ -116,9 +135,10 @@ class DataPlanner:
 
     # -- planning ------------------------------------------------------------------------------
 
-    def plan(self, candidates: Sequence[Candidate]) -> tuple[list[RowPlan], dict[str, float]]:
-        """Rows to submit for this step, and the decisions as metrics."""
-        s = self.settings
+    def order(self, candidates: Sequence[Candidate], prompts: int | None = None) -> tuple[list[int], dict[str, float]]:
+        """Candidate indices in the order to start them: the D3 curriculum, then each plugin
+        strategy's ``order``. ``prompts``: how many will be started (for the metrics)."""
+        prompts = self.batch_prompts if prompts is None else prompts
         metrics: dict[str, float] = {}
         rates = [self.stats.pass_rate(c.task, c.historical) for c in candidates]
         order = list(range(len(candidates)))
@@ -128,15 +148,32 @@ class DataPlanner:
             metrics[f"{PREFIX}/curriculum/level"] = float(self.curriculum.level)
             metrics[f"{PREFIX}/curriculum/floor"] = self.curriculum.floors[self.curriculum.level]
             metrics[f"{PREFIX}/curriculum/open_candidates"] = float(n_open)
-            metrics[f"{PREFIX}/curriculum/filled_not_open"] = float(
-                max(0, min(self.batch_prompts, len(order)) - n_open)
-            )
+            metrics[f"{PREFIX}/curriculum/filled_not_open"] = float(max(0, min(prompts, len(order)) - n_open))
+        for strategy in self.strategies:
+            reordered = list(strategy.order(candidates, rates, list(order)))
+            if not set(reordered) <= set(order) or len(set(reordered)) != len(reordered):
+                raise ValueError(
+                    f"data strategy {strategy.name!r}: order() must return a subset of the candidate indices it "
+                    f"was given, each once; got {reordered[:8]}"
+                )
+            order = reordered
+        return order, metrics
+
+    def plan(
+        self, candidates: Sequence[Candidate], prompts: int | None = None, budget: int | None = None
+    ) -> tuple[list[RowPlan], dict[str, float]]:
+        """Rows to submit, and the decisions as metrics: for a whole step (``longcat_data``), or,
+        with ``prompts`` and ``budget``, for the prompts a streaming trainer starts now."""
+        s = self.settings
+        prompts = self.batch_prompts if prompts is None else prompts
+        rates = [self.stats.pass_rate(c.task, c.historical) for c in candidates]
+        order, metrics = self.order(candidates, prompts)
         if s.quotas.enable:
             chosen = self._quota_selection(candidates, order, metrics)
         else:
-            chosen = order[: self.batch_prompts]
+            chosen = order[:prompts]
         chosen_rates = [rates[i] for i in chosen]
-        budget = self.budget
+        budget = self.budget if budget is None else budget
         if s.budget.enable:
             b = s.budget
             if len(chosen) * b.n_min > budget:
@@ -166,6 +203,8 @@ class DataPlanner:
             for j, n in enumerate(sizes)
             if n > 0
         ]
+        for strategy in self.strategies:
+            rows = [self._shaped(strategy, row) for row in rows]
         per_task = [sum(sizes) for sizes in splits if sum(sizes) > 0]
         metrics.update(
             {
@@ -183,6 +222,18 @@ class DataPlanner:
         if max_tokens is not None:
             metrics[f"{PREFIX}/context/max_tokens"] = float(max_tokens)
         return rows, metrics
+
+    @staticmethod
+    def _shaped(strategy: PlanningStrategy, row: RowPlan) -> RowPlan:
+        out = strategy.shape(row)
+        if not isinstance(out, RowPlan) or (out.row, out.task, out.group) != (row.row, row.task, row.group):
+            raise ValueError(
+                f"data strategy {strategy.name!r}: shape() must return the RowPlan it was given with only "
+                f"rollouts / max_tokens changed; got {out!r} for {row!r}"
+            )
+        if out.rollouts < 1:
+            raise ValueError(f"data strategy {strategy.name!r}: shape() gave {out.task!r} {out.rollouts} rollouts")
+        return out
 
     def _quota_selection(
         self, candidates: Sequence[Candidate], order: list[int], metrics: dict[str, float]
@@ -290,6 +341,9 @@ class DataPlanner:
             )
             metrics[f"{PREFIX}/context/raised"] = float(raised)
         metrics[f"{PREFIX}/tasks_tracked"] = float(len(self.stats.rates.rates))
+        for strategy in self.strategies:
+            for key, value in strategy.observe(ordered).items():
+                metrics[f"{PREFIX}/{strategy.name}/{key}"] = float(value)
         self.steps += 1
         return metrics
 
@@ -305,6 +359,7 @@ class DataPlanner:
             "rng": [version, list(internal), gauss],
             "rollout_tokens": self.rollout_tokens,
             "steps": self.steps,
+            "strategies": {strategy.name: strategy.state_dict() for strategy in self.strategies},
         }
 
     def load_state_dict(self, state: Mapping[str, Any]) -> None:
@@ -319,3 +374,7 @@ class DataPlanner:
         self.rng.setstate((version, tuple(internal), gauss))
         self.rollout_tokens = int(state["rollout_tokens"])
         self.steps = int(state["steps"])
+        saved = state.get("strategies", {})
+        for strategy in self.strategies:
+            if strategy.name in saved:
+                strategy.load_state_dict(saved[strategy.name])

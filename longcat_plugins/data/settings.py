@@ -1,7 +1,8 @@
 """Settings of the data strategies: ``longcat.settings.scheduler.longcat_data``.
 
-One section configures every strategy of the ``longcat_data`` trainer; each strategy is a
-sub-section with ``enable``. Errors name the sub-key (``budget.value``, ``quotas.domain_ratios``)
+One section configures every strategy of the step planner, which the ``longcat_data`` sync
+trainer and the ``dora`` streaming trainer both run; each built-in strategy is a sub-section
+with ``enable``, plugins' strategies are named in ``strategies``. Errors name the sub-key (``budget.value``, ``quotas.domain_ratios``)
 after the section path the host prefixes, and stop a run before Ray starts (exit 2).
 """
 
@@ -225,7 +226,7 @@ class SelfVerifySettings:
 
 @dataclass(frozen=True)
 class DataSettings:
-    """The ``longcat_data`` trainer: verl's sync v1 trainer with data strategies.
+    """The step planner's strategies, under the ``longcat_data`` and ``dora`` trainers.
 
     Attributes:
         task_key: the row field that identifies a task across epochs (``index``: verl's
@@ -236,6 +237,9 @@ class DataSettings:
         correct_threshold: a reward at least this is a pass.
         pool_factor: prompts drawn from the dataloader per step, × ``data.train_batch_size``;
             the strategies choose among them (the rest are skipped for this epoch).
+        strategies: data strategies registered by plugins (``DataStrategy`` components), by
+            name, run after the built-in ones in this order.
+        strategy_settings: each named strategy's settings (``strategy_settings.<name>``).
     """
 
     task_key: str = "index"
@@ -251,6 +255,8 @@ class DataSettings:
     replay: ReplaySettings = field(default_factory=ReplaySettings)
     quotas: QuotaSettings = field(default_factory=QuotaSettings)
     selfverify: SelfVerifySettings = field(default_factory=SelfVerifySettings)
+    strategies: list[str] = field(default_factory=list)
+    strategy_settings: dict[str, dict] = field(default_factory=dict)
 
     def __post_init__(self) -> None:
         for f in fields(self):
@@ -269,6 +275,12 @@ class DataSettings:
             _fail("pool_factor", f"must be >= 1, got {self.pool_factor}")
         if not self.task_key:
             _fail("task_key", "must name a row field")
+        object.__setattr__(self, "strategies", list(self.strategies))
+        if len(set(self.strategies)) != len(self.strategies):
+            _fail("strategies", f"names a strategy twice: {self.strategies}")
+        for name in self.strategy_settings:
+            if name not in self.strategies:
+                _fail(f"strategy_settings.{name}", f"not a selected strategy (strategies: {self.strategies})")
 
     def enabled(self) -> list[str]:
         """Names of the enabled strategies, in the order they act."""
@@ -276,7 +288,11 @@ class DataSettings:
             n
             for n in ("curriculum", "quotas", "budget", "oversampling", "context", "replay", "selfverify")
             if getattr(self, n).enable
-        ]
+        ] + list(self.strategies)
+
+    def plans(self) -> bool:
+        """Whether any strategy is on (under ``dora`` the planner runs only then)."""
+        return bool(self.enabled())
 
 
 def data_settings() -> DataSettings:

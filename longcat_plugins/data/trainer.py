@@ -25,11 +25,8 @@ import json
 import logging
 import math
 import os
-import uuid
 from typing import Any
 
-import numpy as np
-import torch
 from omegaconf import DictConfig
 from transfer_queue import KVBatchMeta
 from verl.trainer.ppo.v1 import replay_buffer as verl_replay_buffer
@@ -37,32 +34,28 @@ from verl.trainer.ppo.v1.replay_buffer import ReplayBuffer
 from verl.trainer.ppo.v1.trainer_sync import PPOTrainerSync
 from verl.utils import tensordict_utils as tu
 
-from longcat_plugins.data.planner import Candidate, DataPlanner, GroupResult, RowPlan
+from longcat_plugins.data.checks import planned_settings, strategy_problems
+from longcat_plugins.data.planned import (
+    PlannedData,
+    candidates_of,
+    concat,
+)
+from longcat_plugins.data.planner import DataPlanner, RowPlan
 from longcat_plugins.data.replay import GroupRef
-from longcat_plugins.data.selfverify import CORRECT, Judged, SelfVerification, parse_verdict
-from longcat_plugins.data.selfverify import DATA_SOURCE as VERIFY_SOURCE
-from longcat_plugins.data.settings import SETTINGS_PATH, DataSettings, data_settings
+from longcat_plugins.data.settings import DataSettings, data_settings
 
 logger = logging.getLogger(__name__)
 
 MODE = "longcat_data"
 STATE_FILE = "longcat_data.json"
-#: the agent loop that applies a per-request response budget (D6)
-BUDGETED_AGENT_LOOP = "longcat_single_turn"
-GROUP_KEY = "longcat_group"
-MAX_TOKENS_KEY = "longcat_max_tokens"
 ENV_TRACE = "LONGCAT_DATA_TRACE"
 
 
 def check_config(config: DictConfig) -> list[str]:
     """Problems that stop a ``longcat_data`` run, each naming its key path."""
     problems: list[str] = []
-    from omegaconf import OmegaConf
-
-    raw = OmegaConf.select(config, "longcat.settings.scheduler.longcat_data", default=None)
-    try:
-        settings = DataSettings(**(OmegaConf.to_container(raw, resolve=True) if raw is not None else {}))
-    except (TypeError, ValueError):
+    settings = planned_settings(config)
+    if settings is None:
         return problems  # the settings check reports these with their key path
     if not config.trainer.get("use_v1", False):
         problems.append(f"trainer.use_v1: the {MODE} trainer is a v1 trainer; set trainer.use_v1=true")
@@ -73,125 +66,7 @@ def check_config(config: DictConfig) -> list[str]:
         )
     if int(config.trainer.v1.get(MODE, {}).get("parameter_sync_step", 1) or 1) != 1:
         problems.append(f"trainer.v1.{MODE}.parameter_sync_step: must be 1 (one planned batch per step)")
-    batch, n = int(config.data.train_batch_size), int(config.actor_rollout_ref.rollout.n)
-    b = settings.budget
-    if b.enable:
-        budget = b.budget or batch * n
-        if budget < b.n_min:
-            problems.append(f"{SETTINGS_PATH}.budget.budget: {budget} rollouts cannot give one task n_min={b.n_min}")
-    ctx = settings.context
-    if ctx.enable:
-        limit = int(config.data.max_response_length)
-        if max(ctx.budgets) > limit:
-            problems.append(
-                f"{SETTINGS_PATH}.context.budgets: the largest budget {max(ctx.budgets)} exceeds "
-                f"data.max_response_length ({limit}), the rollout's ceiling"
-            )
-        agent = config.actor_rollout_ref.rollout.agent.get("default_agent_loop", None)
-        if agent != BUDGETED_AGENT_LOOP:
-            problems.append(
-                f"actor_rollout_ref.rollout.agent.default_agent_loop: {SETTINGS_PATH}.context needs the "
-                f"{BUDGETED_AGENT_LOOP!r} agent loop (it applies the per-request budget), got {agent!r}"
-            )
-    sv = settings.selfverify
-    if sv.enable:
-        name = OmegaConf.select(config, "reward.custom_reward_function.name", default=None)
-        if name != "selfverify":
-            problems.append(
-                f"reward.custom_reward_function.name: {SETTINGS_PATH}.selfverify needs the 'selfverify' reward "
-                f"(it scores the verdicts; its setting main names the main task's reward), got {name!r}"
-            )
-        if settings.quotas.enable:
-            problems.append(f"{SETTINGS_PATH}.selfverify: not combined with quotas yet (turn one off)")
-    return problems
-
-
-def problem_text(raw_prompt: Any) -> str:
-    """The task as the policy saw it: the last user message of a chat prompt (or the prompt)."""
-    if isinstance(raw_prompt, str):
-        return raw_prompt
-    messages = list(raw_prompt)
-    users = [m for m in messages if isinstance(m, dict) and m.get("role") == "user"]
-    last = users[-1] if users else messages[-1]
-    return str(last["content"] if isinstance(last, dict) else last)
-
-
-def prompt_tokens(tokenizer: Any, messages: list[dict[str, str]]) -> int:
-    """Tokens of ``messages`` as the single-turn agent loop sends them (chat template, generation
-    prompt): what must fit ``rollout.prompt_length`` before the loop left-truncates."""
-    text = tokenizer.apply_chat_template(messages, add_generation_prompt=True, tokenize=False)
-    return len(tokenizer(text, add_special_tokens=False)["input_ids"])
-
-
-def _objects(values: list[Any]) -> np.ndarray:
-    out = np.empty(len(values), dtype=object)
-    for i, v in enumerate(values):
-        out[i] = v
-    return out
-
-
-def _field(batch: dict[str, Any], path: str, i: int) -> Any:
-    """Row ``i``'s value at a dotted ``path`` (``data_source``, ``extra_info.stage``); ``None`` if absent."""
-    head, *rest = path.split(".")
-    if head not in batch:
-        return None
-    value = batch[head][i]
-    for part in rest:
-        if not isinstance(value, dict) or part not in value:
-            return None
-        value = value[part]
-    return value.item() if hasattr(value, "item") else value
-
-
-def candidates_of(batch: dict[str, Any], settings: DataSettings) -> list[Candidate]:
-    """The planner's view of a dataloader batch (one candidate per row)."""
-    rows = len(batch["raw_prompt"])
-    out = []
-    for i in range(rows):
-        task = _field(batch, settings.task_key, i)
-        if task is None:
-            raise ValueError(f"{SETTINGS_PATH}.task_key={settings.task_key!r}: the row has no such field")
-        domain = _field(batch, settings.quotas.domain_key, i) if settings.quotas.enable else ""
-        if settings.quotas.enable and domain is None:
-            raise ValueError(
-                f"{SETTINGS_PATH}.quotas.domain_key={settings.quotas.domain_key!r}: the row has no such field"
-            )
-        stage = None
-        if settings.curriculum.enable and settings.curriculum.stage_key:
-            stage = _field(batch, settings.curriculum.stage_key, i)
-            if stage is None:
-                raise ValueError(
-                    f"{SETTINGS_PATH}.curriculum.stage_key={settings.curriculum.stage_key!r}: the row has no such field"
-                )
-        historical = _field(batch, settings.pass_rate_key, i) if settings.pass_rate_key else None
-        out.append(
-            Candidate(
-                str(task),
-                str(domain or ""),
-                None if stage is None else str(stage),
-                None if historical is None else float(historical),
-            )
-        )
-    return out
-
-
-def _take(batch: dict[str, Any], index: list[int]) -> dict[str, Any]:
-    idx = np.asarray(index, dtype=np.int64)
-    return {
-        k: (v[torch.as_tensor(idx)] if isinstance(v, torch.Tensor) else np.asarray(v, dtype=object)[idx])
-        for k, v in batch.items()
-    }
-
-
-def _concat(chunks: list[dict[str, Any]]) -> dict[str, Any]:
-    if len(chunks) == 1:
-        return chunks[0]
-    return {
-        k: torch.cat([c[k] for c in chunks])
-        if isinstance(chunks[0][k], torch.Tensor)
-        else np.concatenate([c[k] for c in chunks])
-        for k in chunks[0]
-    }
+    return problems + strategy_problems(config, settings, MODE)
 
 
 class DataReplayBuffer(ReplayBuffer):
@@ -256,23 +131,26 @@ class LongcatDataTrainer(PPOTrainerSync):
         if problems:
             raise ValueError(f"{MODE} trainer: invalid configuration:\n  " + "\n  ".join(problems))
         self.data: DataSettings = data_settings()
-        self.planner = DataPlanner(
-            self.data,
-            batch_prompts=int(config.data.train_batch_size),
-            rollout_n=int(config.actor_rollout_ref.rollout.n),
-            seed=int(config.data.get("seed", 0) or 0),
-        )
-        #: uid -> the group it is, for every group submitted and not yet trained or dropped
-        self.group_refs: dict[str, GroupRef] = {}
+        self.planned = PlannedData(self.data, config)
         self.step_groups = 0
         self._plan_metrics: dict[str, float] = {}
-        self._verify_truncated = 0
-        sv = self.data.selfverify
-        #: A6: the verification phase, the problem text of every main group, the verification uids
-        self.selfverify = SelfVerification(sv) if sv.enable else None
-        self.problems: dict[str, str] = {}
-        self.verify_uids: set[str] = set()
         super().__init__(config)
+
+    @property
+    def planner(self) -> DataPlanner:
+        return self.planned.planner
+
+    @property
+    def group_refs(self) -> dict[str, GroupRef]:
+        return self.planned.group_refs
+
+    @property
+    def problems(self) -> dict[str, str]:
+        return self.planned.problems
+
+    @property
+    def verify_uids(self) -> set[str]:
+        return self.planned.verify_uids
 
     def buffered_uids(self) -> set[str]:
         replay = self.planner.replay
@@ -307,7 +185,7 @@ class LongcatDataTrainer(PPOTrainerSync):
             return super()._next_train_batch(num_prompts)  # verl's refill of failed groups
         gen = self.config.data.get("gen_batch_size", None) or self.config.data.train_batch_size
         draws = math.ceil(self.data.pool_factor * self.config.data.train_batch_size / gen)
-        pool = _concat([self._draw() for _ in range(draws)])
+        pool = concat([self._draw() for _ in range(draws)])
         plan, self._plan_metrics = self.planner.plan(candidates_of(pool, self.data))
         self._trace(plan)
         return self._rows(pool, plan)
@@ -330,157 +208,30 @@ class LongcatDataTrainer(PPOTrainerSync):
                 sink.write(json.dumps(record) + "\n")
 
     def _rows(self, pool: dict[str, Any], plan: list[RowPlan]) -> Any:
-        batch = _take(pool, [r.row for r in plan])
-        uids = [str(uuid.uuid4()) for _ in plan]
-        batch["uid"] = np.array(uids, dtype=object)
-        batch["__rollout_n__"] = np.array([r.rollouts for r in plan], dtype=object)
-        batch[GROUP_KEY] = np.array([r.group_id for r in plan], dtype=object)
-        if any(r.max_tokens is not None for r in plan):
-            batch[MAX_TOKENS_KEY] = np.array([r.max_tokens for r in plan], dtype=object)
-        for uid, r in zip(uids, plan, strict=True):
-            self.group_refs[uid] = GroupRef(uid, r.task, r.domain, self.global_steps, r.group)
-        if self.selfverify is not None:
-            for uid, prompt in zip(uids, batch["raw_prompt"], strict=True):
-                self.problems[uid] = problem_text(prompt)
-            verify = self._verification_rows(pool, plan)
-            if verify is not None:
-                batch = _concat([batch, verify])
+        if self.planned.tokenizer is None:
+            self.planned.tokenizer = self.tokenizer
+        batch = self.planned.rows(pool, plan, self.global_steps)
         self.step_groups = len(batch["uid"])
         out = tu.get_tensordict(batch)
         tu.assign_non_tensor_data(out, "global_steps", self.global_steps)
         return out
 
-    def _verification_rows(self, pool: dict[str, Any], plan: list[RowPlan]) -> dict[str, Any] | None:
-        """A6: this step's verification prompts (problem + one recent rollout), shaped like the
-        main rows (copies of the first planned row with prompt, source, truth and info replaced)."""
-        assert self.selfverify is not None
-        judged = self.selfverify.to_judge()
-        if not judged or not plan:
-            return None
-        sv = self.data.selfverify
-        rows = _take(pool, [plan[0].row] * len(judged))
-        uids = [str(uuid.uuid4()) for _ in judged]
-        rows["uid"] = np.array(uids, dtype=object)
-        messages = [[{"role": "user", "content": self.selfverify.prompt(j)}] for j in judged]
-        rows["raw_prompt"] = _objects(messages)
-        limit = int(self.config.actor_rollout_ref.rollout.prompt_length)
-        self._verify_truncated = sum(prompt_tokens(self.tokenizer, m) > limit for m in messages)
-        if self._verify_truncated:
-            logger.warning(
-                "step %d: %d of %d verification prompts exceed data.max_prompt_length=%d and the agent loop "
-                "left-truncates them: shorten %s.selfverify.prompt or raise data.max_prompt_length",
-                self.global_steps,
-                self._verify_truncated,
-                len(messages),
-                limit,
-                SETTINGS_PATH,
-            )
-        rows["data_source"] = _objects([VERIFY_SOURCE] * len(judged))
-        target = ["correct" if j.correct else "incorrect" for j in judged]
-        rows["reward_model"] = _objects([{"style": "rule", "ground_truth": t} for t in target])
-        base = rows.get("extra_info")
-        rows["extra_info"] = _objects(
-            [
-                {
-                    **(dict(base[i]) if base is not None and isinstance(base[i], dict) else {}),
-                    "selfverify_task": j.task,
-                    "selfverify_correct": sv.correct,
-                    "selfverify_incorrect": sv.incorrect,
-                }
-                for i, j in enumerate(judged)
-            ]
-        )
-        rows["__rollout_n__"] = _objects([sv.rollouts or self.planner.rollout_n] * len(judged))
-        rows[GROUP_KEY] = _objects([f"selfverify:{j.task}#{i}" for i, j in enumerate(judged)])
-        if plan[0].max_tokens is not None:
-            rows[MAX_TOKENS_KEY] = _objects([plan[0].max_tokens] * len(judged))
-        for i, (uid, j) in enumerate(zip(uids, judged, strict=True)):
-            self.group_refs[uid] = GroupRef(uid, f"selfverify:{j.task}", VERIFY_SOURCE, self.global_steps, i)
-            self.verify_uids.add(uid)
-        return rows
-
     # -- learning from the trained batch --------------------------------------------------------
 
     def observe(self, batch: KVBatchMeta, replayed: set[str]) -> dict[str, float]:
         """Rewards and lengths of the trained groups -> planner; its metrics for this step."""
-        fields = ["rm_scores"] if self.selfverify is None else ["rm_scores", "responses"]
-        data = verl_replay_buffer.tq.kv_batch_get(
-            keys=batch.keys, partition_id=batch.partition_id, select_fields=fields
-        )
-        scores = list(data["rm_scores"])
-        texts = self._responses(data, batch) if self.selfverify is not None else [""] * len(scores)
-        per_uid: dict[str, tuple[list[float | None], list[int], list[str]]] = {}
-        for key, tag, score, text in zip(batch.keys, batch.tags, scores, texts, strict=True):
-            value = float(score.sum().item())
-            rewards, lengths, responses = per_uid.setdefault(key.split("_")[0], ([], [], []))
-            rewards.append(value if math.isfinite(value) else None)
-            lengths.append(int(tag.get("response_len", 0)))
-            responses.append(text)
-        results = []
-        verify_rewards: list[float] = []
-        verdicts: list[str | None] = []
-        sv = self.data.selfverify
-        main_rewards: list[float] = []
-        judged: list[Judged] = []
-        for uid, (rewards, lengths, responses) in per_uid.items():
-            ref = self.group_refs.pop(uid, None)
-            if ref is None:
-                continue
-            if uid in self.verify_uids:
-                self.verify_uids.discard(uid)
-                verify_rewards += [r for r in rewards if r is not None]
-                verdicts += [parse_verdict(text, sv.correct, sv.incorrect) for text in responses]
-                continue
-            results.append(GroupResult(ref.task, ref.group, rewards, lengths, replayed=uid in replayed))
-            problem = self.problems.pop(uid, None)
-            if self.selfverify is None or uid in replayed or problem is None:
-                continue
-            valid = [r for r in rewards if r is not None]
-            main_rewards += valid
-            threshold = self.data.correct_threshold
-            acc = sum(r >= threshold for r in valid) / len(valid) if valid else 0.0
-            judged += [
-                Judged(ref.task, self.global_steps, problem, text.strip(), r >= threshold, acc)
-                for r, text in zip(rewards, responses, strict=True)
-                if r is not None and text.strip()
-            ]
+        if self.planned.tokenizer is None:
+            self.planned.tokenizer = self.tokenizer
         metrics = dict(self._plan_metrics)
-        metrics.update(self.planner.observe(results))
-        if self.selfverify is not None:
-            metrics.update(self.selfverify.observe(self.global_steps, main_rewards, verify_rewards, judged))
-            if verify_rewards:
-                metrics["longcat/selfverify/truncated_prompts"] = float(self._verify_truncated)
-            said = [v for v in verdicts if v is not None]
-            if said:  # near 0 or 1 with accuracy near 0.5: a constant verdict, not judging
-                metrics["longcat/selfverify/verify_says_correct"] = said.count(CORRECT) / len(said)
-            threshold = self.data.correct_threshold
-            if main_rewards:
-                metrics["longcat/selfverify/main_accuracy"] = sum(r >= threshold for r in main_rewards) / len(
-                    main_rewards
-                )
+        metrics.update(self.planned.observe(verl_replay_buffer.tq, batch, replayed, self.global_steps))
         return metrics
-
-    def _responses(self, data: Any, batch: KVBatchMeta) -> list[str]:
-        """Each sample's response text (the candidate solutions of A6), cut at its length."""
-        responses = data["responses"]
-        pad = self.tokenizer.pad_token_id if self.tokenizer.pad_token_id is not None else 0
-        if hasattr(responses, "to_padded_tensor"):
-            responses = responses.to_padded_tensor(padding=pad)
-        return [
-            self.tokenizer.decode(ids[: int(tag.get("response_len", len(ids)))], skip_special_tokens=True)
-            for ids, tag in zip(responses, batch.tags, strict=True)
-        ]
-
-    # -- checkpoints ----------------------------------------------------------------------------
 
     def _save_checkpoint(self) -> None:
         super()._save_checkpoint()
         folder = os.path.join(self.config.trainer.default_local_dir, f"global_step_{self.global_steps}")
         os.makedirs(folder, exist_ok=True)
         tmp = os.path.join(folder, STATE_FILE + ".tmp")
-        state = self.planner.state_dict()
-        if self.selfverify is not None:
-            state["selfverify"] = self.selfverify.state_dict()
+        state = self.planned.state_dict()
         with open(tmp, "w") as sink:
             json.dump(state, sink)
         os.replace(tmp, os.path.join(folder, STATE_FILE))
@@ -500,9 +251,7 @@ class LongcatDataTrainer(PPOTrainerSync):
             raise FileNotFoundError(f"{MODE} trainer: resuming from {folder} without its planner state {STATE_FILE}")
         with open(path) as source:
             state = json.load(source)
-        self.planner.load_state_dict(state)
-        if self.selfverify is not None and state.get("selfverify") is not None:
-            self.selfverify.load_state_dict(state["selfverify"])
+        self.planned.load_state_dict(state)
         self._restore_buffered_groups(folder)
 
     def _restore_buffered_groups(self, folder: str) -> None:

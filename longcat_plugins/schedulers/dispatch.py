@@ -175,6 +175,27 @@ class DispatchPlanner(Generic[T]):
             del self.groups[uid]
         self.taken &= live
 
+    # -- the step planner's shape of an issue ----------------------------------------------------
+
+    def withdraw(self, issue: Issue[T], back_to_pool: bool) -> None:
+        """An issued group the trainer submits under other uids (the step planner reshaped its
+        prompt: :meth:`register` them) or not at all (``back_to_pool``: the row returns to the
+        front of the pool, to be offered again)."""
+        if self.groups.pop(issue.uid, None) is None:
+            return
+        self.issued[issue.domain] -= 1
+        self.issued_since[issue.domain] -= 1
+        if back_to_pool and issue.copy == 0:
+            self.pool.insert(0, (issue.domain, issue.task, issue.payload))
+            self.counters["prompts"] -= 1
+            self.counters["withdrawn_prompts"] += 1
+
+    def register(self, uid: str, domain: str, task: str) -> None:
+        """A group the trainer submitted for an issued prompt: outstanding until verl drops it."""
+        self.groups[uid] = (domain, task)
+        self.issued[domain] += 1
+        self.issued_since[domain] += 1
+
     # -- feedback --------------------------------------------------------------------------------
 
     def take(self, uids: Iterable[str]) -> None:
@@ -211,6 +232,7 @@ class DispatchPlanner(Generic[T]):
         out[f"{PREFIX}/extra_groups"] = float(self.counters["extra_groups"])
         out[f"{PREFIX}/capped_groups"] = float(self.counters["capped_groups"])
         out[f"{PREFIX}/window_fallbacks"] = float(self.counters["window_fallbacks"])
+        out[f"{PREFIX}/withdrawn_prompts"] = float(self.counters["withdrawn_prompts"])
         out[f"{PREFIX}/pool_rows"] = float(len(self.pool))
         self.issued_since = Counter()
         return out

@@ -69,11 +69,14 @@ from verl.utils.config import omega_conf_to_dataclass
 from verl.utils.debug import marked_timer
 from verl.utils.ray_utils import auto_await
 
-from longcat_plugins.data.trainer import problem_text
+from longcat_plugins.data.checks import planned_settings, strategy_problems
+from longcat_plugins.data.planned import PlannedData, candidates_of, columns, concat, problem_text
+from longcat_plugins.data.settings import SETTINGS_PATH as DATA_PATH
+from longcat_plugins.data.settings import data_settings
 from longcat_plugins.runtime.placement import pin_resource_pools
 from longcat_plugins.schedulers.client import DoraLLMServerClient
 from longcat_plugins.schedulers.core.replicas import MIN_REPLICAS
-from longcat_plugins.schedulers.dispatch import DispatchPlanner, dispatch_window
+from longcat_plugins.schedulers.dispatch import ANY_DOMAIN, DispatchPlanner, dispatch_window
 from longcat_plugins.schedulers.elastic import ElasticColocationPolicy
 from longcat_plugins.schedulers.load_balancer import create_dora_load_balancer
 from longcat_plugins.schedulers.sampler import DoraReplayBuffer, _lookup
@@ -87,6 +90,8 @@ DISPATCH_STATE = "dora_dispatch.pt"
 #: the D2 replay buffer's state (kept group uids, RNG), beside verl's ``transfer_queue`` folder
 #: that holds the kept groups' trajectories
 REPLAY_STATE = "dora_replay.pt"
+#: the step planner's state (data strategies, self-verification), JSON like ``longcat_data``'s
+PLANNED_STATE = "longcat_data.json"
 ENV_TRACE = "LONGCAT_DORA_TRACE"
 
 
@@ -124,6 +129,47 @@ def check_config(config: DictConfig) -> list[str]:
     problems.extend(_domain_problems(config))
     problems.extend(_single_version_problems(config))
     problems.extend(_pool_problems(config))
+    problems.extend(_planned_problems(config))
+    return problems
+
+
+def _planned_problems(config: DictConfig) -> list[str]:
+    """The data strategies under ``dora``: the step planner shapes what the dispatch starts, so
+    it needs ``dispatch: dora``; quotas, replay and online filtering are the DORA sampler's own
+    here (its ``domain_ratios``, ``reuse_ratio``, ``online_filter`` act on the version window),
+    so the planner's copies of them are refused, naming the key to use instead."""
+    data = planned_settings(config)
+    if data is None or not data.plans():
+        return []
+    dora = OmegaConf.select(config, SETTINGS_PATH, default=None) or {}
+    problems = strategy_problems(config, data, MODE)
+    if str(dora.get("dispatch", DoraSettings.dispatch)) != "dora":
+        problems.append(
+            f"{SETTINGS_PATH}.dispatch: the data strategies of {DATA_PATH} ({', '.join(data.enabled())}) plan "
+            "what the dora dispatch starts; set dispatch: dora"
+        )
+    if data.quotas.enable:
+        problems.append(
+            f"{DATA_PATH}.quotas.enable: under the dora trainer per-domain rollout quotas are "
+            f"{SETTINGS_PATH}.domain_ratios / domain_oversampling (its dispatch and sampler run them)"
+        )
+    if data.replay.enable:
+        problems.append(
+            f"{DATA_PATH}.replay.enable: under the dora trainer replay is {SETTINGS_PATH}.reuse_ratio "
+            "(stale finished groups of the version window)"
+        )
+    if data.oversampling.enable and int(dora.get("oversampling_max", DoraSettings.oversampling_max)) > 1:
+        problems.append(
+            f"{DATA_PATH}.oversampling.enable: the dispatch's own pass-rate oversampling is on too "
+            f"({SETTINGS_PATH}.oversampling_max > 1); keep one"
+        )
+    if data.selfverify.enable and dora.get("domain_ratios"):
+        problems.append(f"{DATA_PATH}.selfverify: not combined with {SETTINGS_PATH}.domain_ratios yet (turn one off)")
+    if data.pool_factor != 1:
+        problems.append(
+            f"{DATA_PATH}.pool_factor: the dora trainer's candidates are its dispatch lookahead "
+            "(4 x the dispatch window); leave pool_factor at 1"
+        )
     return problems
 
 
@@ -382,6 +428,12 @@ class DoraTrainer(PPOTrainerSeparateAsync):
         self._replica_stats: dict[str, dict[str, Any]] = {}
         self._step_record: dict[str, Any] = {}
         self._planner: DispatchPlanner | None = None
+        data = data_settings()
+        #: the data strategies' step planner, shaping each dispatched chunk (None: none enabled)
+        self.planned: PlannedData | None = PlannedData(data, config) if data.plans() else None
+        self._data_metrics: dict[str, float] = {}
+        self._verify_due = False
+        self._verify_template: dict[str, Any] | None = None
 
     # -- construction ---------------------------------------------------------------------------
 
@@ -439,13 +491,57 @@ class DoraTrainer(PPOTrainerSeparateAsync):
             )
         )
         issues = self.planner.plan(live)
-        if not issues:
-            return 0
-        rows = [issue.payload.clone() for issue in issues]
-        batch = rows[0] if len(rows) == 1 else tu.concat_tensordict(rows)
-        batch.update(tu.get_tensordict({"uid": np.array([issue.uid for issue in issues], dtype=object)}))
+        if self.planned is not None:
+            batch = self._planned_batch(issues)
+            if batch is None:
+                return 0
+        else:
+            if not issues:
+                return 0
+            rows = [issue.payload.clone() for issue in issues]
+            batch = rows[0] if len(rows) == 1 else tu.concat_tensordict(rows)
+            batch.update(tu.get_tensordict({"uid": np.array([issue.uid for issue in issues], dtype=object)}))
         tu.assign_non_tensor_data(batch, "global_steps", self.global_steps)
         return self._submit_batch_to_rollout(batch)
+
+    def _planned_batch(self, issues: list[Any]) -> Any:
+        """The step planner's shape of the prompts the dispatch chose now: rollouts per prompt
+        (D4, within this chunk's share of the step's budget), groups per prompt (D5/A5),
+        response budgets (D6), the plugins' strategies; plus the verification rows (A6) once per
+        trained step. Prompts the planner leaves out go back to the pool."""
+        planned, dispatch = self.planned, self.planner
+        assert planned is not None
+        if planned.tokenizer is None:
+            planned.tokenizer = self.tokenizer
+        chunks: list[dict[str, Any]] = []
+        if issues:
+            pool = concat([columns(issue.payload) for issue in issues])
+            candidates = candidates_of(pool, planned.settings)
+            budget = round(planned.planner.budget * len(issues) / planned.planner.batch_prompts)
+            plan, metrics = planned.planner.plan(candidates, prompts=len(issues), budget=max(1, budget))
+            self._data_metrics.update(metrics)
+            chosen = {r.row for r in plan}
+            for i, issue in reversed(list(enumerate(issues))):  # back to the pool's front in source order
+                dispatch.withdraw(issue, back_to_pool=i not in chosen)
+            if plan:
+                rows = planned.rows(pool, plan, self.global_steps, verify=False)
+                for uid, r in zip(rows["uid"], plan, strict=True):
+                    dispatch.register(str(uid), issues[r.row].domain, issues[r.row].task)
+                chunks.append(rows)
+        if self._verify_due:
+            self._verify_due = False
+            template = columns(issues[0].payload) if issues else self._verify_template
+            if template is not None:
+                verify = planned.verification_rows(template, planned.planner.context_budget(), self.global_steps)
+                if verify is not None:
+                    for uid in verify["uid"]:
+                        dispatch.register(str(uid), ANY_DOMAIN, "selfverify")
+                    chunks.append(verify)
+        if issues:
+            self._verify_template = columns(issues[0].payload)
+        if not chunks:
+            return None
+        return tu.get_tensordict(concat(chunks))
 
     def _add_prompts_to_generate(self, num_prompts: int) -> int:
         """verl's refill and warm-up entry: with ``dispatch: dora`` the planner decides how many
@@ -464,6 +560,9 @@ class DoraTrainer(PPOTrainerSeparateAsync):
         """A training batch was taken: its groups' rewards feed the pass rates (D5), they leave
         the quota, and the freed capacity is refilled at once (not at the next step)."""
         planner = self.planner
+        if self.planned is not None:
+            self._data_metrics.update(self.planned.observe(verl_replay_buffer.tq, batch, set(), self.global_steps))
+            self._verify_due = self.planned.selfverify is not None
         if self.dora.oversampling_max > 1:
             data = verl_replay_buffer.tq.kv_batch_get(
                 keys=batch.keys, partition_id=batch.partition_id, select_fields=["rm_scores"]
@@ -490,6 +589,11 @@ class DoraTrainer(PPOTrainerSeparateAsync):
         replay = self._replay()
         if replay is not None:
             torch.save(replay.replay_state_dict(), os.path.join(folder, REPLAY_STATE))
+        if self.planned is not None:
+            tmp = os.path.join(folder, PLANNED_STATE + ".tmp")
+            with open(tmp, "w") as sink:
+                json.dump(self.planned.state_dict(), sink)
+            os.replace(tmp, os.path.join(folder, PLANNED_STATE))
 
     def _load_checkpoint(self) -> None:
         super()._load_checkpoint()  # restores TransferQueue (the kept groups' trajectories) first
@@ -505,6 +609,14 @@ class DoraTrainer(PPOTrainerSeparateAsync):
                 self.planner.load_state_dict(torch.load(path, weights_only=False))
             else:
                 logger.warning("dora dispatch: no %s in %s; the planner starts empty", DISPATCH_STATE, folder)
+        if self.planned is not None:
+            path = os.path.join(folder, PLANNED_STATE)
+            if not os.path.exists(path):
+                raise FileNotFoundError(
+                    f"dora trainer: resuming from {folder} without the planner state {PLANNED_STATE}"
+                )
+            with open(path) as source:
+                self.planned.load_state_dict(json.load(source))
         replay = self._replay()
         if replay is not None:
             path = os.path.join(folder, REPLAY_STATE)
@@ -665,6 +777,8 @@ class DoraTrainer(PPOTrainerSeparateAsync):
         self._pending_sync_metrics.update(self._replica_metrics())
         if self._planner is not None:
             self._pending_sync_metrics.update(self._planner.metrics())
+        self._pending_sync_metrics.update(self._data_metrics)
+        self._data_metrics = {}
         self._write_trace()
 
     # -- observability --------------------------------------------------------------------------

@@ -1,0 +1,258 @@
+"""One planner seam for every planning trainer: a plugin's data strategy (tests/outside_plugin/
+outside_data.py, installed as a real distribution) is selected by name and runs in the step
+planner; the ``dora`` trainer's dispatch hands each chunk it starts to the same planner (budget,
+groups, response budget, the plugin's order and shape, verification rows), and bad combinations
+exit 2 before Ray naming the key."""
+
+from __future__ import annotations
+
+import sys
+from collections import Counter
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pytest
+from conftest import REPO, make_dist, run_cli
+from omegaconf import OmegaConf
+
+from longcat_plugins.data.planned import PlannedData, columns
+from longcat_plugins.data.planner import Candidate, DataPlanner, GroupResult
+from longcat_plugins.data.settings import DataSettings
+from longcat_plugins.runtime.launch import configs_dir
+from longcat_plugins.schedulers.core.config import DoraConfig
+from longcat_plugins.schedulers.dispatch import DispatchPlanner
+
+PLUGIN_FILE = REPO / "tests" / "outside_plugin" / "outside_data.py"
+sys.path.insert(0, str(PLUGIN_FILE.parent))
+import outside_data  # noqa: E402
+
+DORA = str(configs_dir() / "dora_cpu.yaml")
+SYNC = str(configs_dir() / "cpu_demo.yaml")
+KEY = "longcat.settings.scheduler.longcat_data"
+
+
+def install(site: Path) -> None:
+    make_dist(
+        site, "outside-data", {"outside_data_dist": PLUGIN_FILE.read_text()}, {"outside_data": "outside_data_dist"}
+    )
+
+
+def strategy(max_rollouts: int = 0) -> outside_data.LowestRateFirst:
+    s = outside_data.LowestRateFirst({"max_rollouts": max_rollouts})
+    s.name = "lowest_rate_first"
+    return s
+
+
+def pool(rates: list[float]) -> list[Candidate]:
+    return [Candidate(f"t{i}", historical=r) for i, r in enumerate(rates)]
+
+
+# -- the planner runs the plugin's hooks ------------------------------------------------------------
+
+
+def test_the_plugins_order_chooses_which_prompts_start_and_its_shape_is_what_is_submitted() -> None:
+    settings = DataSettings(pool_factor=2, budget={"enable": True, "n_min": 2, "n_max": 8})
+    planner = DataPlanner(settings, batch_prompts=3, rollout_n=4, strategies=[strategy(max_rollouts=3)])
+    rows, _ = planner.plan(pool([0.9, 0.1, 0.5, 0.05, 0.7, 0.3]))
+    # the three lowest historical pass rates start, lowest first
+    assert [r.task for r in rows] == ["t3", "t1", "t5"]
+    # D4 gave each at least n_min; the plugin's cap at 3 holds for each
+    assert all(2 <= r.rollouts <= 3 for r in rows), rows
+    plain = DataPlanner(settings, batch_prompts=3, rollout_n=4).plan(pool([0.9, 0.1, 0.5, 0.05, 0.7, 0.3]))[0]
+    assert [r.task for r in plain] == ["t0", "t1", "t2"]  # without it: source order
+    assert max(r.rollouts for r in plain) > 3
+
+
+def test_its_observations_are_metrics_and_its_state_resumes() -> None:
+    s = strategy()
+    planner = DataPlanner(DataSettings(), batch_prompts=2, rollout_n=2, strategies=[s])
+    metrics = planner.observe([GroupResult("t0", 0, [1.0, 0.0], [3, 4]), GroupResult("t1", 0, [0.0, 0.0], [5, 6])])
+    assert metrics["longcat/data/lowest_rate_first/groups_seen"] == 2.0
+    state = planner.state_dict()
+    again = DataPlanner(DataSettings(), batch_prompts=2, rollout_n=2, strategies=[strategy()])
+    again.load_state_dict(state)
+    assert again.strategies[0].seen == 2
+    assert again.observe([GroupResult("t2", 0, [1.0, 1.0], [1, 1])])["longcat/data/lowest_rate_first/groups_seen"] == 3
+
+
+def test_a_strategy_that_breaks_the_contract_is_named() -> None:
+    class Invents(outside_data.LowestRateFirst):
+        def order(self, candidates, rates, order):
+            return [*order, 99]
+
+    bad = Invents({})
+    bad.name = "invents"
+    planner = DataPlanner(DataSettings(), batch_prompts=2, rollout_n=2, strategies=[bad])
+    with pytest.raises(ValueError, match="data strategy 'invents': order"):
+        planner.plan(pool([0.5, 0.5]))
+
+
+# -- dora: the dispatch's chunks go through the same planner ------------------------------------------
+
+
+def _payload(i: int, stage: str = "") -> Any:
+    from verl.utils import tensordict_utils as tu
+
+    prompt = np.empty(1, dtype=object)
+    prompt[0] = [{"role": "user", "content": f"What is {i} + 1?"}]
+    return tu.get_tensordict(
+        {
+            "raw_prompt": prompt,
+            "data_source": np.array(["arith"], dtype=object),
+            "reward_model": np.array([{"ground_truth": str(i + 1)}], dtype=object),
+            "extra_info": np.array([{"index": i, "pass_rate": [0.9, 0.1, 0.5, 0.05][i % 4]}], dtype=object),
+            "index": np.array([i]),
+            "uid": np.array([f"verl-{i}"], dtype=object),
+        }
+    )
+
+
+def _dora_like(settings: DataSettings, batch: int = 4, n: int = 4) -> tuple[Any, DispatchPlanner]:
+    """A ``DoraTrainer`` holding only what ``_planned_batch`` reads (no Ray, no workers)."""
+    from longcat_plugins.schedulers.trainer import DoraTrainer
+
+    config = OmegaConf.create(
+        {
+            "data": {"train_batch_size": batch, "seed": 0},
+            "actor_rollout_ref": {"rollout": {"n": n, "prompt_length": 64}},
+        }
+    )
+    rows = iter(range(10_000))
+
+    def fetch() -> tuple[str, str, Any]:
+        i = next(rows)
+        return "arith", f"task{i}", _payload(i)
+
+    dispatch = DispatchPlanner(DoraConfig.from_mapping({"batch_size": batch}), fetch, window=2 * batch, lookahead=8)
+    trainer = object.__new__(DoraTrainer)
+    trainer.planned = PlannedData(settings, config)
+    trainer._planner = dispatch
+    trainer.tokenizer = None
+    trainer.global_steps = 1
+    trainer._data_metrics = {}
+    trainer._verify_due = False
+    trainer._verify_template = None
+    return trainer, dispatch
+
+
+def test_dora_submits_the_planners_groups_in_place_of_the_dispatchs() -> None:
+    settings = DataSettings(
+        pass_rate_key="extra_info.pass_rate",
+        budget={"enable": True, "n_min": 2, "n_max": 8},
+        oversampling={"enable": True, "k_max": 2, "min_group": 2},
+        context={"enable": True, "budgets": [16, 32]},
+    )
+    trainer, dispatch = _dora_like(settings)
+    trainer.planned.planner.strategies = [strategy()]  # as the host would load it by name
+    issues = dispatch.plan(set())
+    assert len(issues) == 8  # the window: 2 x batch groups outstanding
+    batch = trainer._planned_batch(issues)
+    uids = [str(u) for u in batch["uid"]]
+    # every submitted group is outstanding in the dispatch under its own (new) uid, none of the issues' is
+    assert set(dispatch.groups) == set(uids) and not {i.uid for i in issues} & set(uids)
+    n = [int(x) for x in batch["__rollout_n__"]]
+    groups = [str(g) for g in batch["longcat_group"]]
+    # D4: this chunk's share of the step's budget (8 prompts of a 4-prompt step: 2 x 4 x 4 rollouts)
+    assert sum(n) == 32 and all(x >= 2 for x in n)
+    # D5/A5: a task of low pass rate is split into two groups of its own ids
+    per_task = Counter(g.split("#")[0] for g in groups)
+    assert max(per_task.values()) == 2, groups
+    assert all(int(x) == 16 for x in batch["longcat_max_tokens"])  # D6: the first budget
+    assert trainer._data_metrics["longcat/data/plan/rollouts"] == 32.0
+
+
+def test_dora_returns_prompts_the_planner_left_out_to_the_pool() -> None:
+    class FirstTwo(outside_data.LowestRateFirst):
+        def order(self, candidates, rates, order):
+            return order[:2]
+
+    s = FirstTwo({})
+    s.name = "first_two"
+    trainer, dispatch = _dora_like(DataSettings())
+    trainer.planned.planner.strategies = [s]
+    issues = dispatch.plan(set())
+    batch = trainer._planned_batch(issues)
+    assert len(batch["uid"]) == 2
+    # the six left out are first in the pool again, in order, and no longer outstanding
+    assert [task for _, task, _ in dispatch.pool[:6]] == [i.task for i in issues[2:]]
+    assert len(dispatch.groups) == 2
+    assert dispatch.metrics()["dora/dispatch/withdrawn_prompts"] == 6.0
+
+
+def test_dora_adds_the_verification_rows_once_per_trained_step() -> None:
+    from longcat_plugins.data.selfverify import Judged
+
+    settings = DataSettings(selfverify={"enable": True, "tasks": 2, "window": 1})
+    trainer, dispatch = _dora_like(settings)
+    sv = trainer.planned.selfverify
+    sv.active = True
+    sv.pool = [Judged("a", 1, "What is 1 + 1?", "3", False, 0.5), Judged("b", 1, "What is 2 + 2?", "4", True, 0.5)]
+    trainer._verify_due = True
+    batch = trainer._planned_batch(dispatch.plan(set()))
+    sources = [str(s) for s in batch["data_source"]]
+    assert sources.count("longcat_selfverify") == 2 and len(sources) == 10
+    assert sum(1 for t in dispatch.groups.values() if t[1] == "selfverify") == 2
+    # the next chunk of the same step carries none
+    for uid in list(dispatch.groups)[:4]:
+        dispatch.take([uid])
+    later = trainer._planned_batch(dispatch.plan(set(dispatch.groups) - set(list(dispatch.groups)[:4])))
+    assert later is None or "longcat_selfverify" not in [str(s) for s in later["data_source"]]
+
+
+def test_a_chunk_row_is_read_back_as_the_planners_candidate() -> None:
+    from longcat_plugins.data.planned import candidates_of
+
+    cols = columns(_payload(3))
+    [c] = candidates_of(cols, DataSettings(pass_rate_key="extra_info.pass_rate"))
+    assert (c.task, c.historical) == ("3", 0.05)
+
+
+# -- bad input: exit 2 before Ray, naming the key -------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("recipe", "overrides", "expect"),
+    [
+        (DORA, [f"+{KEY}.strategies=[lowest_rate_frist]"], f"{KEY}.strategies[0]: unknown data strategy"),
+        (DORA, [f"+{KEY}.strategies=[sync_only]"], "cannot run under trainer 'dora'"),
+        (DORA, [f"+{KEY}.quotas.enable=true", f"+{KEY}.quotas.domain_ratios={{arith:1.0}}"], f"{KEY}.quotas.enable"),
+        (DORA, [f"+{KEY}.replay.enable=true"], f"{KEY}.replay.enable: under the dora trainer replay is"),
+        (
+            DORA,
+            [f"+{KEY}.oversampling.enable=true", "+longcat.settings.scheduler.dora.oversampling_max=3"],
+            f"{KEY}.oversampling.enable",
+        ),
+        (DORA, [f"+{KEY}.budget.enable=true", "+longcat.settings.scheduler.dora.dispatch=verl"], "dispatch: dora"),
+        (DORA, [f"+{KEY}.context.enable=true", f"+{KEY}.context.budgets=[8]"], "default_agent_loop"),
+    ],
+)
+def test_bad_combinations_exit_2_before_ray(fake_site: Path, recipe: str, overrides: list[str], expect: str) -> None:
+    install(fake_site)
+    bad = run_cli("validate", recipe, *overrides)
+    out = bad.stdout + bad.stderr
+    assert bad.returncode == 2, out
+    assert expect in out, out
+    assert "ray.init" not in out
+
+
+def test_the_plugins_strategy_validates_under_both_trainers(fake_site: Path) -> None:
+    install(fake_site)
+    for recipe, extra in ((DORA, []), (SYNC, ["trainer.use_v1=true", "trainer.v1.trainer_mode=longcat_data"])):
+        ok = run_cli("validate", recipe, *extra, f"+{KEY}.strategies=[lowest_rate_first]")
+        assert ok.returncode == 0, ok.stdout + ok.stderr
+    sync_only = run_cli(
+        "validate",
+        SYNC,
+        "trainer.use_v1=true",
+        "trainer.v1.trainer_mode=longcat_data",
+        f"+{KEY}.strategies=[sync_only]",
+    )
+    assert sync_only.returncode == 0, sync_only.stdout + sync_only.stderr
+
+
+def test_it_is_listed_beside_the_builtin_components(fake_site: Path) -> None:
+    install(fake_site)
+    out = run_cli("list", "--json")
+    assert out.returncode == 0, out.stderr
+    assert "lowest_rate_first" in out.stdout and "data_strategy" in out.stdout
