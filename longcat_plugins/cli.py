@@ -416,23 +416,26 @@ def demo(
     from pathlib import Path
 
     from longcat_plugins.runtime.assets import ensure_assets
-    from longcat_plugins.runtime.demos import prepare_demo
+    from longcat_plugins.runtime.demos import ARITHMETIC_WARM, WARM_RECIPES, prepare_demo
 
-    if recipe == "dora" and trainer_kind == "legacy":
+    if recipe in ("dora", "longcat") and trainer_kind == "legacy":
         err_console.print(
-            "[red]--recipe dora runs the v1 trainer (trainer.v1.trainer_mode=dora); drop --trainer legacy[/]"
+            f"[red]--recipe {recipe} runs the v1 trainer (trainer.v1.trainer_mode=dora); drop --trainer legacy[/]"
         )
         sys.exit(2)
     size = size or ("tiny32" if rollout == "vllm" else "tiny")
-    init = init or ("warm" if recipe in ("arithmetic", "tool_agent", "code_agent") else "random")
-    if init == "warm" and recipe not in ("arithmetic", "tool_agent", "code_agent"):
+    init = init or ("warm" if recipe in WARM_RECIPES else "random")
+    if init == "warm" and recipe not in WARM_RECIPES:
         err_console.print(f"[red]--init warm: recipe {recipe!r} has no warm start yet; use --init random[/]")
+        sys.exit(2)
+    if recipe == "longcat" and init != "warm":
+        err_console.print("[red]--recipe longcat runs on the arithmetic warm start; drop --init random[/]")
         sys.exit(2)
     if steps is None:
         warm_steps = TOOL_WARM_DEMO_STEPS if recipe == "tool_agent" else WARM_DEMO_STEPS
         steps = warm_steps if init == "warm" else 5
     cache = Path(cache_dir) if cache_dir else None
-    if init == "warm" and recipe == "arithmetic":
+    if init == "warm" and recipe in ARITHMETIC_WARM:
         from longcat_plugins.runtime.warmstart import ensure_warm_start
 
         with console.status(f"building the {size} warm start (once: tokenizer, model, verl SFT)"):

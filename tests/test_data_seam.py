@@ -256,3 +256,73 @@ def test_it_is_listed_beside_the_builtin_components(fake_site: Path) -> None:
     out = run_cli("list", "--json")
     assert out.returncode == 0, out.stderr
     assert "lowest_rate_first" in out.stdout and "data_strategy" in out.stdout
+
+
+# -- end to end: verl's dora trainer runs the planner, the plugin's strategy, and resumes them --------
+
+
+@pytest.mark.slow
+@pytest.mark.ray
+def test_the_plugins_strategy_runs_inside_verls_dora_trainer_and_resumes(
+    tiny_assets, tmp_path: Path, ray_tmp: Path, fake_site: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Two steps of dora_cpu.yaml with budget allocation, oversampling, the curriculum and the
+    outside plugin's strategy, a checkpoint each step; then the run resumed for a third step.
+    The planner's metrics are verl's step metrics, the plugin ordered every dispatched chunk in
+    the trainer process and saw every trained group, and its state came back on resume."""
+    import json
+
+    from longcat_plugins.runtime.launch import run_training
+
+    install(fake_site)
+    marker = tmp_path / "marker.jsonl"
+    monkeypatch.setenv("OUTSIDE_DATA_MARKER", str(marker))
+    common = [
+        f"data.train_files={tiny_assets.train}",
+        f"data.val_files={tiny_assets.val}",
+        f"actor_rollout_ref.model.path={tiny_assets.model}",
+        f"+ray_kwargs.ray_init._temp_dir={ray_tmp}",
+        "trainer.save_freq=1",
+        "trainer.test_freq=-1",
+        "trainer.val_before_train=false",
+        f"+{KEY}.correct_threshold=0.05",
+        f"+{KEY}.budget.enable=true",
+        f"+{KEY}.budget.n_min=2",
+        f"+{KEY}.oversampling.enable=true",
+        f"+{KEY}.oversampling.min_group=2",
+        f"+{KEY}.curriculum.enable=true",
+        f"+{KEY}.strategies=[lowest_rate_first]",
+        f"+{KEY}.strategy_settings.lowest_rate_first.max_rollouts=3",
+    ]
+    first_dir = tmp_path / "first"
+    first = run_training(configs_dir() / "dora_cpu.yaml", [*common, "trainer.total_training_steps=2"], first_dir)
+    assert first.returncode == 0, first.log.read_text()[-5000:]
+    trained = [s for s in first.steps if "longcat/data/trained_groups" in s]
+    assert [s["step"] for s in trained] == [1, 2], first.steps
+    for step in trained:
+        assert step["longcat/data/plan/rollouts_per_task/max"] <= 3  # the plugin's cap, on every chunk
+        assert step["longcat/data/lowest_rate_first/groups_seen"] > 0
+        assert "longcat/data/curriculum/floor" in step
+    records = [json.loads(line) for line in marker.read_text().splitlines()]
+    orders = [r for r in records if r["kind"] == "order"]
+    seen = [r["seen"] for r in records if r["kind"] == "observe"]
+    assert orders and seen == sorted(seen) and seen[-1] == trained[-1]["longcat/data/lowest_rate_first/groups_seen"]
+    checkpoint = first_dir / "checkpoints" / "global_step_2"
+    assert (checkpoint / "longcat_data.json").exists()
+
+    again = run_training(
+        configs_dir() / "dora_cpu.yaml",
+        [
+            *common,
+            "trainer.total_training_steps=3",
+            "trainer.resume_mode=resume_path",
+            f"trainer.resume_from_path={checkpoint}",
+        ],
+        tmp_path / "resumed",
+    )
+    assert again.returncode == 0, again.log.read_text()[-5000:]
+    records = [json.loads(line) for line in marker.read_text().splitlines()]
+    resumed = [r for r in records if r["kind"] == "resume"]
+    assert resumed and resumed[-1]["seen"] == seen[-1]  # the plugin's state came back
+    step3 = [s for s in again.steps if s.get("step") == 3 and "longcat/data/trained_groups" in s]
+    assert step3 and step3[0]["longcat/data/lowest_rate_first/groups_seen"] > seen[-1]

@@ -120,6 +120,8 @@ def test_an_outside_plugins_reward_that_raises_under_the_router_is_counted(
     assert step.metrics() == {
         "longcat/reward/failed/explodes": 1.0,
         "longcat/reward/failed/math": 0.0,
+        "longcat/reward/scored/explodes": 1.0,
+        "longcat/reward/scored/math": 1.0,
         "longcat/reward/invalid_share": 0.5,
     }
     assert "explodes: KeyError: 'missing_field'" in step.first_error["explodes"]
@@ -183,7 +185,12 @@ def test_the_v1_trainer_seam(longcat_host: HostFactory) -> None:
     batch = SimpleNamespace(keys=list("01234"), partition_id="train", tags=[{}] * 4 + [{"is_padding": True}])
     metrics: dict[str, float] = {}
     assert PPOTrainer()._compute_advantage(batch, metrics) == "advantages" and called == [5]
-    assert metrics == {"longcat/reward/failed/flaky": 1.0, "longcat/reward/invalid_share": 0.25}
+    # the padding row is not a scored sample either
+    assert metrics == {
+        "longcat/reward/failed/flaky": 1.0,
+        "longcat/reward/scored/flaky": 4.0,
+        "longcat/reward/invalid_share": 0.25,
+    }
     # the padding row counted would be 2 of 5 = 40%: a batch of rows 0-2 and 4 has 2 of 4 = 50%
     batch = SimpleNamespace(keys=list("0124"), partition_id="train", tags=[{}] * 4)
     with pytest.raises(failures.RewardFailuresError, match=r"^training step 7: reward 'flaky' raised on 2 of 4"):

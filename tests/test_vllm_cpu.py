@@ -182,7 +182,11 @@ def test_gpu_recipes_differ_from_their_vllm_lane_twins_only_in_runtime_keys() ->
             out.update(flat(v, f"{prefix}.{k}" if prefix else str(k)))
         return out
 
-    for gpu, twin, switch in (("gpu_grpo", "cpu_demo", ["runtime=cpu_vllm"]), ("dora_gpu", "dora_cpu_vllm", [])):
+    for gpu, twin, switch in (
+        ("gpu_grpo", "cpu_demo", ["runtime=cpu_vllm"]),
+        ("dora_gpu", "dora_cpu_vllm", []),
+        ("longcat_gpu", "longcat_cpu_vllm", []),
+    ):
         a = flat(to_plain(compose(resolve_config(gpu))))
         b = flat(to_plain(compose(resolve_config(twin), switch)))
         differ = sorted(k for k in set(a) | set(b) if a.get(k) != b.get(k))

@@ -18,6 +18,8 @@ from longcat_plugins.data.strategy import problems_for
 
 #: the agent loop that applies a per-request response budget (D6)
 BUDGETED_AGENT_LOOP = "longcat_single_turn"
+#: the reward manager that routes samples to rewards by data source
+ROUTER = "longcat_router"
 
 
 def planned_settings(config: DictConfig) -> DataSettings | None:
@@ -55,16 +57,36 @@ def strategy_problems(config: DictConfig, settings: DataSettings, trainer: str) 
                 f"{BUDGETED_AGENT_LOOP!r} agent loop (it applies the per-request budget), got {agent!r}"
             )
     if settings.selfverify.enable:
-        name = OmegaConf.select(config, "reward.custom_reward_function.name", default=None)
-        if name != "selfverify":
-            problems.append(
-                f"reward.custom_reward_function.name: {SETTINGS_PATH}.selfverify needs the 'selfverify' reward "
-                f"(it scores the verdicts; its setting main names the main task's reward), got {name!r}"
-            )
+        problems += _verdict_reward_problems(config)
         if settings.quotas.enable:
             problems.append(f"{SETTINGS_PATH}.selfverify: not combined with quotas yet (turn one off)")
     problems += problems_for(settings.strategies, trainer, f"{SETTINGS_PATH}.strategies")
     return problems
+
+
+def _verdict_reward_problems(config: DictConfig) -> list[str]:
+    """A6's verification rows need the ``selfverify`` reward: as the custom reward function, or
+    as the reward router's route for their data source."""
+    import fnmatch
+
+    from longcat_plugins.data.selfverify import DATA_SOURCE
+
+    if OmegaConf.select(config, "reward.reward_manager.name", default=None) == ROUTER:
+        routes = OmegaConf.select(config, f"longcat.settings.reward.{ROUTER}.routes", default=None) or {}
+        routed = next((r for pat, r in dict(routes).items() if fnmatch.fnmatchcase(DATA_SOURCE, str(pat))), None)
+        if routed != "selfverify":
+            return [
+                f"longcat.settings.reward.{ROUTER}.routes: {SETTINGS_PATH}.selfverify needs the data source "
+                f"{DATA_SOURCE!r} routed to the 'selfverify' reward (it scores the verdicts), it goes to {routed!r}"
+            ]
+        return []
+    name = OmegaConf.select(config, "reward.custom_reward_function.name", default=None)
+    if name != "selfverify":
+        return [
+            f"reward.custom_reward_function.name: {SETTINGS_PATH}.selfverify needs the 'selfverify' reward "
+            f"(it scores the verdicts; its setting main names the main task's reward), got {name!r}"
+        ]
+    return []
 
 
 __all__ = ["BUDGETED_AGENT_LOOP", "planned_settings", "strategy_problems"]

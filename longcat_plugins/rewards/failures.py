@@ -38,7 +38,7 @@ import inspect
 import logging
 import math
 from collections.abc import Iterable, Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from types import ModuleType
 from typing import Any
 
@@ -52,6 +52,8 @@ TESTED_VERL = ">=0.9.1,<0.10"
 PREFIX = "longcat/reward/failed"
 #: ``longcat/reward/invalid_share``: share of the step's samples without a valid score (raised or undecidable)
 INVALID_SHARE = "longcat/reward/invalid_share"
+#: ``longcat/reward/scored/<name>``: samples of the step each reward scored (the router's routes)
+SCORED = "longcat/reward/scored"
 SETTINGS_PATH = "longcat.settings.reward.failures"
 WORKER_MODULE = "verl.experimental.reward_loop.reward_loop"
 TRAINER_MODULE = "verl.trainer.ppo.v1.trainer_base"
@@ -172,6 +174,8 @@ class StepFailures:
     failed: dict[str, int]
     #: reward name -> the first error of the step
     first_error: dict[str, str]
+    #: reward name -> samples it scored (the router's routes, one name without a router)
+    scored: dict[str, int] = field(default_factory=dict)
 
     @property
     def failed_total(self) -> int:
@@ -179,6 +183,7 @@ class StepFailures:
 
     def metrics(self) -> dict[str, float]:
         out = {f"{PREFIX}/{name}": float(n) for name, n in sorted(self.failed.items())}
+        out.update({f"{SCORED}/{name}": float(n) for name, n in sorted(self.scored.items())})
         if self.samples:
             out[INVALID_SHARE] = self.invalid / self.samples
         return out
@@ -189,18 +194,20 @@ def count(infos: Iterable[Mapping[str, Any] | None]) -> StepFailures:
     samples = invalid = 0
     failures: dict[str, int] = {}
     first: dict[str, str] = {}
+    scored: dict[str, int] = {}
     for info in infos:
         samples += 1
         if not isinstance(info, Mapping) or NAME_KEY not in info:
             continue
         name = str(info[NAME_KEY])
         failures.setdefault(name, 0)
+        scored[name] = scored.get(name, 0) + 1
         if not _flag(info.get(VALID_KEY, 1.0)):
             invalid += 1
         if _flag(info.get(FAILED_KEY, 0.0)):
             failures[name] += 1
             first.setdefault(name, str(info.get(ERROR_KEY, "")))
-    return StepFailures(samples, invalid, failures, first)
+    return StepFailures(samples, invalid, failures, first, scored)
 
 
 def _flag(value: Any) -> bool:

@@ -13,6 +13,9 @@ locally built data it needs, so every family can be seen end to end on a laptop.
   tasks) with greedy held-out validation; ``--init random`` trains the random model instead.
 - ``dora``: the ``dora`` v1 trainer with two ``hf`` replicas holding different policy versions
   on a long-tailed workload (``dora_cpu.yaml``).
+- ``longcat``: the paper's system in one recipe (``longcat.yaml``): DORA with staleness, the
+  triplet-clip objective, the step planner's strategies under DORA, self-verification and the
+  reward router, on the arithmetic warm start.
 
 Data is built once under the assets' cache directory, atomically, so an interrupted build
 leaves nothing half-written behind.
@@ -37,11 +40,23 @@ RECIPES: dict[str, tuple[str, str]] = {
     "tool_agent": ("tool_agent_cpu", "GRPO through the longcat_tool_agent loop on generated retail environments"),
     "dora": ("dora_cpu", "the dora trainer: two hf replicas, mixed policy versions, long-tailed lengths"),
     "code_agent": ("code_agent_cpu", "GRPO through the longcat_code_agent loop on generated repository tasks"),
+    "longcat": (
+        "longcat",
+        "the paper's system: DORA, triplet clip, data strategies, self-verification, the reward router",
+    ),
 }
+
+#: the recipes that start from the arithmetic warm start
+ARITHMETIC_WARM = ("arithmetic", "longcat")
+#: the recipes that have a warm start (their default ``--init``)
+WARM_RECIPES = (*ARITHMETIC_WARM, "tool_agent", "code_agent")
+#: prompt tokens of the system recipe: the verification prompts (problem + candidate + "Right?")
+#: reach 34 on the arithmetic task
+SYSTEM_PROMPT_TOKENS = 40
 
 #: recipe -> its config on the vLLM lane, where the plain ``runtime=cpu_vllm`` switch is not enough
 #: (DORA on vLLM replicas holds one version per replica: dora_gpu's settings, on CPU)
-VLLM_TWINS: dict[str, str] = {"dora": "dora_cpu_vllm"}
+VLLM_TWINS: dict[str, str] = {"dora": "dora_cpu_vllm", "longcat": "longcat_cpu_vllm"}
 
 #: repository tasks the code-agent demo trains on
 DEMO_CODE_TASKS = 16
@@ -91,7 +106,7 @@ def prepare_demo(recipe: str, built: Assets, steps: int, init: str = "random") -
         raise ValueError(f"unknown demo recipe {recipe!r}; choices: {', '.join(RECIPES)}")
     if init not in ("warm", "random"):
         raise ValueError(f"init must be 'warm' or 'random', got {init!r}")
-    if init == "warm" and recipe not in ("arithmetic", "tool_agent", "code_agent"):
+    if init == "warm" and recipe not in WARM_RECIPES:
         raise ValueError(f"--init warm: recipe {recipe!r} has no warm start yet; use --init random")
     overrides = [
         f"actor_rollout_ref.model.path={built.model}",
@@ -102,6 +117,16 @@ def prepare_demo(recipe: str, built: Assets, steps: int, init: str = "random") -
         overrides += [f"data.train_files={built.train}", f"data.val_files={built.val}"]
         if init == "warm":
             overrides += [*WARM_OVERRIDES, f"trainer.test_freq={min(WARM_TEST_FREQ, steps)}"]
+    elif recipe == "longcat":
+        if init != "warm":
+            raise ValueError("recipe 'longcat' runs on the arithmetic warm start; use --init warm")
+        overrides += [f"data.train_files={built.train}", f"data.val_files={built.val}"]
+        # the router scores the task (system/longcat.yaml), not a custom reward function
+        overrides += [o for o in WARM_OVERRIDES if not o.startswith("reward.custom_reward_function.")]
+        overrides += [
+            f"data.max_prompt_length={SYSTEM_PROMPT_TOKENS}",
+            f"trainer.test_freq={min(WARM_TEST_FREQ, steps)}",
+        ]
     elif recipe == "tool_agent" and init == "warm":
         from longcat_plugins.runtime.tool_warmstart import demo_plan, ensure_tool_warm_start
 

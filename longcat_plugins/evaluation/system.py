@@ -1,0 +1,85 @@
+"""Which of the system's components acted in a run, read from verl's per-step metrics.
+
+A recipe that enables a component proves nothing about the run: a strategy can be switched on
+and never change a decision. :func:`components_active` names the components of the paper's
+system (``configs/longcat.yaml``) whose own metrics show that they acted in ``steps`` (the
+run's metrics records), each by evidence that is absent or zero when the component is off or
+idle: the bench (``bench/bench_system.py``) records it per run, and the system's end-to-end
+test requires every one.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping, Sequence
+from typing import Any
+
+Steps = Sequence[Mapping[str, Any]]
+
+
+def _seen(key: str) -> Callable[[Steps], bool]:
+    """The metric was logged in some step."""
+    return lambda steps: any(key in s for s in steps)
+
+
+def _prefix(prefix: str) -> Callable[[Steps], bool]:
+    """Some metric under ``prefix`` was logged."""
+    return lambda steps: any(k.startswith(prefix) for s in steps for k in s)
+
+
+def _positive(key: str) -> Callable[[Steps], bool]:
+    """The metric was above zero in some step."""
+    return lambda steps: any(float(s.get(key, 0.0) or 0.0) > 0.0 for s in steps)
+
+
+def _spread(high: str, low: str) -> Callable[[Steps], bool]:
+    """In some step ``high`` exceeded ``low`` (e.g. prompts got different rollout counts)."""
+    return lambda steps: any(high in s and low in s and float(s[high]) > float(s[low]) for s in steps)
+
+
+def _at_least(key: str, value: float) -> Callable[[Steps], bool]:
+    return lambda steps: any(float(s.get(key, 0.0) or 0.0) >= value for s in steps)
+
+
+def _routes(n: int) -> Callable[[Steps], bool]:
+    """At least ``n`` rewards scored samples over the run (``longcat/reward/scored/<name>``)."""
+    prefix = "longcat/reward/scored/"
+
+    def check(steps: Steps) -> bool:
+        names = {k[len(prefix) :] for s in steps for k, v in s.items() if k.startswith(prefix) and float(v) > 0}
+        return len(names) >= n
+
+    return check
+
+
+#: component -> what in the run's metrics shows it acted
+EVIDENCE: dict[str, tuple[str, Callable[[Steps], bool]]] = {
+    "dora": ("a trained batch mixed weights versions", _at_least("dora/versions_in_batch", 2.0)),
+    "triplet_clip": ("its clip fractions were logged", _prefix("longcat/triplet/")),
+    "truncated_is": ("truncated IS weights were computed", _seen("longcat/is_truncated_frac")),
+    "longcat_grpo": (
+        "oversampled groups were normalised apart",
+        _at_least("longcat/data/plan/groups_per_task/max", 2.0),
+    ),
+    "online_filter": ("groups without signal were dropped", _positive("dora/filtered_groups")),
+    "replay": ("the replay buffer was consulted", _seen("dora/replay/buffered")),
+    "budget": (
+        "prompts got different rollout counts",
+        _spread("longcat/data/plan/rollouts_per_task/max", "longcat/data/plan/rollouts_per_task/min"),
+    ),
+    "oversampling": ("a prompt was split into groups", _at_least("longcat/data/plan/groups_per_task/max", 2.0)),
+    "curriculum": ("the curriculum ordered the candidates", _seen("longcat/data/curriculum/floor")),
+    "selfverify": ("verification prompts were trained", _positive("longcat/selfverify/verify_samples")),
+    "reward_router": ("samples were scored by two routed rewards", _routes(2)),
+}
+
+
+def components_active(steps: Steps, components: Sequence[str] | None = None) -> list[str]:
+    """The components (of ``components``, default all of :data:`EVIDENCE`) that acted, in order."""
+    names = list(EVIDENCE) if components is None else list(components)
+    unknown = sorted(set(names) - set(EVIDENCE))
+    if unknown:
+        raise ValueError(f"no evidence defined for component(s) {unknown}; known: {list(EVIDENCE)}")
+    return [name for name in names if EVIDENCE[name][1](steps)]
+
+
+__all__ = ["EVIDENCE", "components_active"]
