@@ -35,11 +35,11 @@ TRAINERS = {"longcat": "dora", "arithmetic": "sync"}
 
 def run(recipe: str, seed: int, steps: int, work: Path) -> dict:
     from longcat_plugins.evaluation.system import components_active
-    from longcat_plugins.runtime.demos import prepare_demo
+    from longcat_plugins.runtime.demos import SYSTEM_VERDICTS, prepare_demo
     from longcat_plugins.runtime.launch import heldout_accuracy, resolve_config, run_training
     from longcat_plugins.runtime.warmstart import ensure_warm_start
 
-    warm = ensure_warm_start(None, size="tiny")
+    warm = ensure_warm_start(None, size="tiny", verdicts=SYSTEM_VERDICTS if recipe == "longcat" else 0.0)
     demo = prepare_demo(recipe, warm, steps, init="warm")
     seeded = ("data.seed=", "actor_rollout_ref.actor.data_loader_seed=", "actor_rollout_ref.rollout.seed=")
     ray_tmp = Path(tempfile.mkdtemp(prefix="lcsys", dir="/tmp"))

@@ -436,10 +436,12 @@ def demo(
         steps = warm_steps if init == "warm" else 5
     cache = Path(cache_dir) if cache_dir else None
     if init == "warm" and recipe in ARITHMETIC_WARM:
+        from longcat_plugins.runtime.demos import SYSTEM_VERDICTS
         from longcat_plugins.runtime.warmstart import ensure_warm_start
 
+        verdicts = SYSTEM_VERDICTS if recipe == "longcat" else 0.0
         with console.status(f"building the {size} warm start (once: tokenizer, model, verl SFT)"):
-            built = ensure_warm_start(cache, size=size)
+            built = ensure_warm_start(cache, size=size, verdicts=verdicts)
     else:
         with console.status(f"building the {size} model, tokenizer and {recipe} data (once)"):
             built = ensure_assets(cache, size=size)

@@ -200,6 +200,30 @@ def test_dora_adds_the_verification_rows_once_per_trained_step() -> None:
     assert later is None or "longcat_selfverify" not in [str(s) for s in later["data_source"]]
 
 
+def test_with_pool_factor_dora_chooses_each_chunk_among_more_rows() -> None:
+    trainer, dispatch = _dora_like(DataSettings(pool_factor=2, pass_rate_key="extra_info.pass_rate"))
+    trainer.planned.planner.strategies = [strategy()]
+    issues = dispatch.plan(set())
+    batch = trainer._planned_batch(issues)
+    # 8 issued + 8 borrowed rows, pass rates 0.9, 0.1, 0.5, 0.05 repeating: the 8 lowest start
+    started = sorted(int(i) for i in batch["index"])
+    assert started == [1, 3, 5, 7, 9, 11, 13, 15], started
+    # the 8 others wait at the front of the pool, in source order, and count as prompts started only once
+    assert [task for _, task, _ in dispatch.pool[:8]] == [f"task{i}" for i in (0, 2, 4, 6, 8, 10, 12, 14)]
+    metrics = dispatch.metrics()
+    assert metrics["dora/dispatch/prompts_total"] == 8.0 and metrics["dora/dispatch/deferred_prompts"] == 4.0
+    assert len(dispatch.groups) == 8
+
+
+def test_groups_the_sampler_dropped_are_forgotten() -> None:
+    trainer, dispatch = _dora_like(DataSettings(budget={"enable": True}))
+    batch = trainer._planned_batch(dispatch.plan(set()))
+    uids = [str(u) for u in batch["uid"]]
+    assert set(trainer.planned.group_refs) == set(uids)
+    assert trainer.planned.retain(set(uids[:3])) == len(uids) - 3
+    assert set(trainer.planned.group_refs) == set(uids[:3])
+
+
 def test_a_chunk_row_is_read_back_as_the_planners_candidate() -> None:
     from longcat_plugins.data.planned import candidates_of
 

@@ -247,6 +247,16 @@ class PlannedData:
             self.verify_uids.add(uid)
         return rows
 
+    def retain(self, live: set[str]) -> int:
+        """Forget the groups that left verl's queue untrained (a streaming trainer's sampler drops
+        filtered and stale groups without a word to the planner); returns how many."""
+        gone = [uid for uid in self.group_refs if uid not in live]
+        for uid in gone:
+            del self.group_refs[uid]
+            self.problems.pop(uid, None)
+            self.verify_uids.discard(uid)
+        return len(gone)
+
     # -- learning from the trained batch --------------------------------------------------------
 
     def observe(self, tq: Any, batch: Any, replayed: set[str], step: int) -> dict[str, float]:

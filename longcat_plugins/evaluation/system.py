@@ -53,9 +53,9 @@ def _routes(n: int) -> Callable[[Steps], bool]:
 
 #: component -> what in the run's metrics shows it acted
 EVIDENCE: dict[str, tuple[str, Callable[[Steps], bool]]] = {
-    "dora": ("a trained batch mixed weights versions", _at_least("dora/versions_in_batch", 2.0)),
-    "triplet_clip": ("its clip fractions were logged", _prefix("longcat/triplet/")),
-    "truncated_is": ("truncated IS weights were computed", _seen("longcat/is_truncated_frac")),
+    "dora": ("a replica held two weights versions at once", _at_least("dora/versions_held/max", 2.0)),
+    "triplet_clip": ("its clip fractions were logged", _prefix("actor/longcat/triplet/")),
+    "truncated_is": ("truncated IS weights were computed", _seen("actor/longcat/is_truncated_frac")),
     "longcat_grpo": (
         "oversampled groups were normalised apart",
         _at_least("longcat/data/plan/groups_per_task/max", 2.0),
@@ -67,7 +67,7 @@ EVIDENCE: dict[str, tuple[str, Callable[[Steps], bool]]] = {
         _spread("longcat/data/plan/rollouts_per_task/max", "longcat/data/plan/rollouts_per_task/min"),
     ),
     "oversampling": ("a prompt was split into groups", _at_least("longcat/data/plan/groups_per_task/max", 2.0)),
-    "curriculum": ("the curriculum ordered the candidates", _seen("longcat/data/curriculum/floor")),
+    "curriculum": ("the curriculum advanced a level", _positive("longcat/data/curriculum/advanced")),
     "selfverify": ("verification prompts were trained", _positive("longcat/selfverify/verify_samples")),
     "reward_router": ("samples were scored by two routed rewards", _routes(2)),
 }

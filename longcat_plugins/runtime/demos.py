@@ -53,6 +53,12 @@ WARM_RECIPES = (*ARITHMETIC_WARM, "tool_agent", "code_agent")
 #: prompt tokens of the system recipe: the verification prompts (problem + candidate + "Right?")
 #: reach 34 on the arithmetic task
 SYSTEM_PROMPT_TOKENS = 40
+#: the system recipe's warm start also learned to write verdicts on this share of its questions
+#: (A6 needs a policy that can say "correct"/"incorrect" for its verification groups to carry signal)
+SYSTEM_VERDICTS = 0.5
+#: the system recipe trains on this many of the warm start's 936 questions, so that tasks recur
+#: within its 12 steps and their own pass rates (not the live mean) drive the budget (D4)
+SYSTEM_TRAIN_QUESTIONS = 96
 
 #: recipe -> its config on the vLLM lane, where the plain ``runtime=cpu_vllm`` switch is not enough
 #: (DORA on vLLM replicas holds one version per replica: dora_gpu's settings, on CPU)
@@ -125,6 +131,7 @@ def prepare_demo(recipe: str, built: Assets, steps: int, init: str = "random") -
         overrides += [o for o in WARM_OVERRIDES if not o.startswith("reward.custom_reward_function.")]
         overrides += [
             f"data.max_prompt_length={SYSTEM_PROMPT_TOKENS}",
+            f"data.train_max_samples={SYSTEM_TRAIN_QUESTIONS}",
             f"trainer.test_freq={min(WARM_TEST_FREQ, steps)}",
         ]
     elif recipe == "tool_agent" and init == "warm":

@@ -190,11 +190,29 @@ class DispatchPlanner(Generic[T]):
             self.counters["prompts"] -= 1
             self.counters["withdrawn_prompts"] += 1
 
-    def register(self, uid: str, domain: str, task: str) -> None:
-        """A group the trainer submitted for an issued prompt: outstanding until verl drops it."""
+    def register(self, uid: str, domain: str, task: str, prompt: bool = False) -> None:
+        """A group the trainer submitted for an issued prompt (``prompt``: the first group of a
+        borrowed row): outstanding until verl drops it."""
         self.groups[uid] = (domain, task)
         self.issued[domain] += 1
         self.issued_since[domain] += 1
+        if prompt:
+            self.counters["prompts"] += 1
+
+    def borrow(self, n: int) -> list[tuple[str, str, T]]:
+        """``n`` more source rows (the pool's first, then fresh ones) for the step planner to
+        choose among beside the issued prompts; what it does not choose is :meth:`give_back`."""
+        rows = self.pool[:n]
+        del self.pool[:n]
+        while len(rows) < n:
+            raw_domain, task, payload = self.fetch()
+            rows.append((self.domain_of(str(raw_domain)), str(task), payload))
+        return rows
+
+    def give_back(self, rows: list[tuple[str, str, T]]) -> None:
+        """Borrowed rows not started: back to the front of the pool, in their order."""
+        self.pool[:0] = rows
+        self.counters["deferred_prompts"] += len(rows)
 
     # -- feedback --------------------------------------------------------------------------------
 
@@ -233,6 +251,7 @@ class DispatchPlanner(Generic[T]):
         out[f"{PREFIX}/capped_groups"] = float(self.counters["capped_groups"])
         out[f"{PREFIX}/window_fallbacks"] = float(self.counters["window_fallbacks"])
         out[f"{PREFIX}/withdrawn_prompts"] = float(self.counters["withdrawn_prompts"])
+        out[f"{PREFIX}/deferred_prompts"] = float(self.counters["deferred_prompts"])
         out[f"{PREFIX}/pool_rows"] = float(len(self.pool))
         self.issued_since = Counter()
         return out

@@ -165,10 +165,10 @@ def _planned_problems(config: DictConfig) -> list[str]:
         )
     if data.selfverify.enable and dora.get("domain_ratios"):
         problems.append(f"{DATA_PATH}.selfverify: not combined with {SETTINGS_PATH}.domain_ratios yet (turn one off)")
-    if data.pool_factor != 1:
+    if data.pool_factor != 1 and dora.get("domain_ratios"):
         problems.append(
-            f"{DATA_PATH}.pool_factor: the dora trainer's candidates are its dispatch lookahead "
-            "(4 x the dispatch window); leave pool_factor at 1"
+            f"{DATA_PATH}.pool_factor: not combined with {SETTINGS_PATH}.domain_ratios yet under the dora "
+            "trainer (the dispatch's quotas choose each prompt's domain); leave pool_factor at 1"
         )
     return problems
 
@@ -492,6 +492,7 @@ class DoraTrainer(PPOTrainerSeparateAsync):
         )
         issues = self.planner.plan(live)
         if self.planned is not None:
+            self.planned.retain(live)
             batch = self._planned_batch(issues)
             if batch is None:
                 return 0
@@ -505,28 +506,36 @@ class DoraTrainer(PPOTrainerSeparateAsync):
         return self._submit_batch_to_rollout(batch)
 
     def _planned_batch(self, issues: list[Any]) -> Any:
-        """The step planner's shape of the prompts the dispatch chose now: rollouts per prompt
+        """The step planner's shape of the prompts the dispatch chose now: which prompts (among
+        ``pool_factor`` x as many rows: the curriculum, the plugins' order), rollouts per prompt
         (D4, within this chunk's share of the step's budget), groups per prompt (D5/A5),
-        response budgets (D6), the plugins' strategies; plus the verification rows (A6) once per
-        trained step. Prompts the planner leaves out go back to the pool."""
+        response budgets (D6), the plugins' shape; plus the verification rows (A6) once per
+        trained step. Rows the planner leaves out go back to the front of the pool."""
         planned, dispatch = self.planned, self.planner
         assert planned is not None
         if planned.tokenizer is None:
             planned.tokenizer = self.tokenizer
         chunks: list[dict[str, Any]] = []
         if issues:
-            pool = concat([columns(issue.payload) for issue in issues])
+            # pool_factor: the planner chooses the chunk's prompts among this many times as many rows
+            extra = dispatch.borrow((planned.settings.pool_factor - 1) * len(issues))
+            sources = [(i.domain, i.task, i.payload) for i in issues] + extra
+            pool = concat([columns(payload) for _, _, payload in sources])
             candidates = candidates_of(pool, planned.settings)
             budget = round(planned.planner.budget * len(issues) / planned.planner.batch_prompts)
             plan, metrics = planned.planner.plan(candidates, prompts=len(issues), budget=max(1, budget))
             self._data_metrics.update(metrics)
             chosen = {r.row for r in plan}
+            dispatch.give_back([row for j, row in enumerate(extra, len(issues)) if j not in chosen])
             for i, issue in reversed(list(enumerate(issues))):  # back to the pool's front in source order
                 dispatch.withdraw(issue, back_to_pool=i not in chosen)
             if plan:
                 rows = planned.rows(pool, plan, self.global_steps, verify=False)
+                first = set()
                 for uid, r in zip(rows["uid"], plan, strict=True):
-                    dispatch.register(str(uid), issues[r.row].domain, issues[r.row].task)
+                    domain, task, _ = sources[r.row]
+                    dispatch.register(str(uid), domain, task, prompt=r.row >= len(issues) and r.row not in first)
+                    first.add(r.row)
                 chunks.append(rows)
         if self._verify_due:
             self._verify_due = False
