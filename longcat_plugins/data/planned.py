@@ -141,6 +141,22 @@ def columns(rows: Any) -> dict[str, Any]:
     return out
 
 
+def merge_plan_metrics(step: dict[str, float], chunk: Mapping[str, float]) -> None:
+    """Fold one chunk's planning metrics into the step's (a streaming trainer plans a step in
+    chunks): counts add up, per-task maxima and minima stay extremes, the rest is the latest."""
+    for key, value in chunk.items():
+        if key not in step:
+            step[key] = value
+        elif key.endswith(("/plan/tasks", "/plan/groups", "/plan/rollouts", "/plan/budget", "/tasks_seen_before")):
+            step[key] += value
+        elif key.endswith("/max"):
+            step[key] = max(step[key], value)
+        elif key.endswith("/min"):
+            step[key] = min(step[key], value)
+        else:
+            step[key] = value
+
+
 def build_planner(settings: DataSettings, batch_prompts: int, rollout_n: int, seed: int) -> DataPlanner:
     """The planner with the plugins' strategies of ``settings.strategies`` loaded by name."""
     strategies = [

@@ -132,6 +132,7 @@ def prepare_demo(recipe: str, built: Assets, steps: int, init: str = "random") -
         overrides += [
             f"data.max_prompt_length={SYSTEM_PROMPT_TOKENS}",
             f"data.train_max_samples={SYSTEM_TRAIN_QUESTIONS}",
+            "trainer.total_epochs=100",  # the steps decide the length: 96 questions are 6 steps an epoch
             f"trainer.test_freq={min(WARM_TEST_FREQ, steps)}",
         ]
     elif recipe == "tool_agent" and init == "warm":

@@ -70,7 +70,14 @@ from verl.utils.debug import marked_timer
 from verl.utils.ray_utils import auto_await
 
 from longcat_plugins.data.checks import planned_settings, strategy_problems
-from longcat_plugins.data.planned import PlannedData, candidates_of, columns, concat, problem_text
+from longcat_plugins.data.planned import (
+    PlannedData,
+    candidates_of,
+    columns,
+    concat,
+    merge_plan_metrics,
+    problem_text,
+)
 from longcat_plugins.data.settings import SETTINGS_PATH as DATA_PATH
 from longcat_plugins.data.settings import data_settings
 from longcat_plugins.runtime.placement import pin_resource_pools
@@ -524,7 +531,7 @@ class DoraTrainer(PPOTrainerSeparateAsync):
             candidates = candidates_of(pool, planned.settings)
             budget = round(planned.planner.budget * len(issues) / planned.planner.batch_prompts)
             plan, metrics = planned.planner.plan(candidates, prompts=len(issues), budget=max(1, budget))
-            self._data_metrics.update(metrics)
+            merge_plan_metrics(self._data_metrics, metrics)
             chosen = {r.row for r in plan}
             dispatch.give_back([row for j, row in enumerate(extra, len(issues)) if j not in chosen])
             for i, issue in reversed(list(enumerate(issues))):  # back to the pool's front in source order
