@@ -224,6 +224,21 @@ def test_groups_the_sampler_dropped_are_forgotten() -> None:
     assert set(trainer.planned.group_refs) == set(uids[:3])
 
 
+def test_dora_checkpoints_the_groups_in_flight_with_the_planner() -> None:
+    import json
+
+    trainer, dispatch = _dora_like(DataSettings(budget={"enable": True}))
+    trainer.planned.planner.strategies = [strategy()]
+    batch = trainer._planned_batch(dispatch.plan(set()))
+    state = json.loads(json.dumps(trainer.planned.state_dict(in_flight=True)))
+    again, _ = _dora_like(DataSettings(budget={"enable": True}))
+    again.planned.planner.strategies = [strategy()]
+    again.planned.load_state_dict(state)
+    # the groups verl restores into its queue are the planner's again: their results will count
+    assert set(again.planned.group_refs) == {str(u) for u in batch["uid"]}
+    assert again.planned.group_refs == trainer.planned.group_refs
+
+
 def test_a_chunk_row_is_read_back_as_the_planners_candidate() -> None:
     from longcat_plugins.data.planned import candidates_of
 
@@ -290,8 +305,8 @@ def test_it_is_listed_beside_the_builtin_components(fake_site: Path) -> None:
 def test_the_plugins_strategy_runs_inside_verls_dora_trainer_and_resumes(
     tiny_assets, tmp_path: Path, ray_tmp: Path, fake_site: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    """Two steps of dora_cpu.yaml with budget allocation, oversampling, the curriculum and the
-    outside plugin's strategy, a checkpoint each step; then the run resumed for a third step.
+    """Two steps of dora_cpu.yaml with budget allocation, the curriculum and the outside plugin's
+    strategy (one group per prompt, so its per-group cap is the per-prompt one), a checkpoint each step; then the run resumed for a third step.
     The planner's metrics are verl's step metrics, the plugin ordered every dispatched chunk in
     the trainer process and saw every trained group, and its state came back on resume."""
     import json
@@ -312,8 +327,6 @@ def test_the_plugins_strategy_runs_inside_verls_dora_trainer_and_resumes(
         f"+{KEY}.correct_threshold=0.05",
         f"+{KEY}.budget.enable=true",
         f"+{KEY}.budget.n_min=2",
-        f"+{KEY}.oversampling.enable=true",
-        f"+{KEY}.oversampling.min_group=2",
         f"+{KEY}.curriculum.enable=true",
         f"+{KEY}.strategies=[lowest_rate_first]",
         f"+{KEY}.strategy_settings.lowest_rate_first.max_rollouts=3",

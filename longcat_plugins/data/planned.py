@@ -346,17 +346,30 @@ class PlannedData:
 
     # -- state ----------------------------------------------------------------------------------
 
-    def state_dict(self) -> dict[str, Any]:
-        """Planner and verification phase, JSON-serialisable."""
+    def state_dict(self, in_flight: bool = False) -> dict[str, Any]:
+        """Planner and verification phase, JSON-serialisable; ``in_flight``: also the groups
+        submitted and not yet trained (a streaming trainer's checkpoint keeps them in verl's
+        queue, and they must still be known to the planner when they are trained after resume)."""
         state = self.planner.state_dict()
         if self.selfverify is not None:
             state["selfverify"] = self.selfverify.state_dict()
+        if in_flight:
+            state["in_flight"] = {
+                "groups": {uid: dict(ref.__dict__) for uid, ref in self.group_refs.items()},
+                "problems": dict(self.problems),
+                "verify_uids": sorted(self.verify_uids),
+            }
         return state
 
     def load_state_dict(self, state: Mapping[str, Any]) -> None:
         self.planner.load_state_dict(state)
         if self.selfverify is not None and state.get("selfverify") is not None:
             self.selfverify.load_state_dict(state["selfverify"])
+        flight = state.get("in_flight")
+        if flight is not None:
+            self.group_refs = {uid: GroupRef(**ref) for uid, ref in flight["groups"].items()}
+            self.problems = dict(flight["problems"])
+            self.verify_uids = set(flight["verify_uids"])
 
 
 __all__ = [

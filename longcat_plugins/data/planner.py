@@ -205,7 +205,11 @@ class DataPlanner:
         ]
         for strategy in self.strategies:
             rows = [self._shaped(strategy, row) for row in rows]
-        per_task = [sum(sizes) for sizes in splits if sum(sizes) > 0]
+        # what is submitted: the rows as the plugins shaped them
+        totals: Counter[int] = Counter()
+        for r in rows:
+            totals[r.row] += r.rollouts
+        per_task = list(totals.values())
         metrics.update(
             {
                 f"{PREFIX}/plan/tasks": float(len(per_task)),
@@ -214,7 +218,7 @@ class DataPlanner:
                 f"{PREFIX}/plan/budget": float(budget),
                 f"{PREFIX}/plan/rollouts_per_task/max": float(max(per_task, default=0)),
                 f"{PREFIX}/plan/rollouts_per_task/min": float(min(per_task, default=0)),
-                f"{PREFIX}/plan/groups_per_task/max": float(max((len(x) for x in splits if x), default=0)),
+                f"{PREFIX}/plan/groups_per_task/max": float(max(Counter(r.row for r in rows).values(), default=0)),
                 f"{PREFIX}/plan/pass_rate/mean": float(np.mean(chosen_rates)) if chosen_rates else 0.0,
                 f"{PREFIX}/plan/tasks_seen_before": float(sum(self.stats.seen(candidates[i].task) for i in chosen)),
             }

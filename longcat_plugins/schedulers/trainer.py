@@ -608,7 +608,7 @@ class DoraTrainer(PPOTrainerSeparateAsync):
         if self.planned is not None:
             tmp = os.path.join(folder, PLANNED_STATE + ".tmp")
             with open(tmp, "w") as sink:
-                json.dump(self.planned.state_dict(), sink)
+                json.dump(self.planned.state_dict(in_flight=True), sink)
             os.replace(tmp, os.path.join(folder, PLANNED_STATE))
 
     def _load_checkpoint(self) -> None:
