@@ -15,6 +15,7 @@ from longcat_plugins.components import (  # noqa: E402 - imported after the watc
     AdvantageEstimator,
     AgentLoop,
     Component,
+    DoraAdmission,
     DoraBalancer,
     DoraEvictionPolicy,
     Family,
@@ -53,5 +54,6 @@ __all__ = [
     "SchedulePolicy",
     "DoraEvictionPolicy",
     "DoraBalancer",
+    "DoraAdmission",
     "FusionMethod",
 ]

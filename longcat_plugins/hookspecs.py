@@ -28,6 +28,7 @@ import pluggy
 from longcat_plugins.components import (
     AdvantageEstimator,
     AgentLoop,
+    DoraAdmission,
     DoraBalancer,
     DoraEvictionPolicy,
     FusionMethod,
@@ -65,14 +66,17 @@ def register_algorithms() -> Sequence[PolicyLoss | AdvantageEstimator]:
 
 
 @hookspec
-def register_schedulers() -> Sequence[Trainer | Sampler | SchedulePolicy | DoraEvictionPolicy | DoraBalancer]:
+def register_schedulers() -> Sequence[
+    Trainer | Sampler | SchedulePolicy | DoraEvictionPolicy | DoraBalancer | DoraAdmission
+]:
     """Rollout/training schedulers: v1 trainers (``trainer.v1.trainer_mode``), v1 replay-buffer
     samplers (``trainer.v1.sampler.custom_sampler``), fully-async dynamic-schedule policies
     (``async_training.dynamic_schedule_policy``), and DORA's policies: eviction policies
-    (``longcat.settings.scheduler.dora.eviction``) and load-balancer strategies
-    (``longcat.settings.scheduler.dora.balancer``), plain functions of the scheduler core's
-    ``EvictionContext`` / ``BalanceContext`` that the ``dora`` trainer's sampler and load
-    balancer call (and the Python ``DoraController``). An unknown name exits 2 before Ray,
+    (``longcat.settings.scheduler.dora.eviction``), load-balancer strategies
+    (``longcat.settings.scheduler.dora.balancer``) and admission policies
+    (``longcat.settings.scheduler.dora.admission``), plain functions of the scheduler core's
+    ``EvictionContext`` / ``BalanceContext`` / ``AdmissionContext`` that the ``dora`` trainer's
+    sampler and load balancer call (and the Python ``DoraController``). An unknown name exits 2 before Ray,
     listing the registered ones.
 
     Example::
@@ -86,6 +90,7 @@ def register_schedulers() -> Sequence[Trainer | Sampler | SchedulePolicy | DoraE
                 Trainer("dora", DoraTrainer, config=DoraConfig),
                 DoraEvictionPolicy("keep_newest_two", keep_newest_two),
                 DoraBalancer("never", lambda ctx: []),
+                DoraAdmission("newest_only", lambda ctx: not ctx.training),
             ]
     """
 
