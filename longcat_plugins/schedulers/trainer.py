@@ -558,6 +558,8 @@ class DoraTrainer(PPOTrainerSeparateAsync):
                 ray.get([h.set_staleness.remote(self.dora.staleness) for h in manager.server_handles])
         if self.dora.single_version_replicas:
             self._install_single_version()
+        if self.dora.load_balancer == "dora" and isinstance(self.replay_buffer, DoraReplayBuffer):
+            self.replay_buffer.on_taken = self._begin_training  # before the batch's refills are submitted
         if self.dora.dispatch == "dora" and isinstance(self.replay_buffer, DoraReplayBuffer):
             self.replay_buffer.on_poll = self._dispatch
             self.replay_buffer.on_sampled = self._on_sampled
@@ -631,10 +633,13 @@ class DoraTrainer(PPOTrainerSeparateAsync):
         super().on_sample_end()
         info = dict(getattr(self.replay_buffer, "last_sample", {}) or {})
         self._step_record = {"step": self.global_steps, "sampled_at": info.pop("time", time.time()), **info}
-        if self.dora.load_balancer == "dora":
-            # the batch is taken and the weights update: admission sees the newest version's window shrink
-            lb = self.standalone_server_manager.global_load_balancer
-            ray.get(lb.begin_training.remote(self.global_steps))
+        if self.dora.load_balancer == "dora" and getattr(self.replay_buffer, "on_taken", None) is None:
+            self._begin_training(self.global_steps)  # a custom sampler: told here, after its refills
+
+    def _begin_training(self, step: int) -> None:
+        """The batch of ``step`` is taken and the weights update: the load balancer's admission
+        control sees the newest version's window shrink (the version is about to be superseded)."""
+        ray.get(self.standalone_server_manager.global_load_balancer.begin_training.remote(step))
 
     def step(self, metrics: dict, timing_raw: dict) -> Any:
         """verl's step, then the trained length distribution (``dora/trained_len_*``) of its batch
