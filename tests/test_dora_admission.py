@@ -224,3 +224,44 @@ def test_bad_admission_input_exits_2_before_ray_naming_the_key(overrides: list[s
     line = next(line for line in out.splitlines() if key in line)
     assert says in line, out
     assert "ray.init" not in out
+
+
+def test_the_controller_holds_new_groups_while_the_newest_version_is_superseded() -> None:
+    """The Python controller (the simulator's scheduler) asks the same policies: with
+    ``version_window`` no new group starts between taking a batch and publishing the next version."""
+    from longcat_plugins.schedulers.core import DoraController, PromptRef
+
+    config = DoraConfig(staleness=1, batch_size=1, group_size=1, admission="version_window", shuffle_prompts=False)
+    ctrl = DoraController(config, [PromptRef(f"p{i}") for i in range(8)])
+    first = ctrl.next_request("i0", 0.0)
+    assert first is not None and first.version == 0
+    ctrl.on_sample_finished(first.to_sample(0.5, finished_at=1.0), 1.0)
+    assert ctrl.ready_batch(0, now=1.0) is not None  # the trainer updates version 0
+    assert ctrl.next_request("i0", 1.5) is None  # version 0 has no later batch left: held
+    ctrl.publish_version(1, now=2.0)
+    started = ctrl.next_request("i0", 2.0)
+    assert started is not None and started.version == 1  # the long request starts on the newest
+    assert ctrl.stats.counters["admission_refused"] >= 1
+
+
+def test_the_controller_length_aware_starts_a_known_short_prompt_while_training() -> None:
+    from longcat_plugins.schedulers.core import DoraController, PromptRef
+
+    config = DoraConfig(staleness=1, batch_size=2, group_size=1, admission="length_aware", shuffle_prompts=False)
+    ctrl = DoraController(config, [PromptRef("short"), PromptRef("long")])
+    ctrl.publish_version(1, now=0.0)
+    ctrl.publish_version(2, now=10.0)  # one step of 10 s
+    ctrl.observe_length("short", 20, 1.0)  # 20 tokens/s -> 200 tokens per step
+    ctrl.observe_length("long", 600, 30.0)
+    assert ctrl.rate.tokens_per_step() == 200.0
+    a, b = ctrl.next_request("i0", 10.0), ctrl.next_request("i0", 10.0)
+    for request in (a, b):
+        ctrl.on_sample_finished(request.to_sample(0.5, finished_at=11.0), 11.0)
+    assert ctrl.ready_batch(2, now=11.0) is not None  # training version 2
+    # while version 2 trains only the short prompt starts (20 tokens fit in the step running, 600 do not)
+    while_training = [r for r in (ctrl.next_request("i0", 11.5) for _ in range(4)) if r is not None]
+    assert while_training and {r.uid for r in while_training} == {"short"}
+    assert ctrl.stats.counters["admission_refused"] >= 1
+    ctrl.publish_version(3, now=20.0)
+    later = ctrl.next_request("i0", 20.0)  # the held long prompt is drawn first, on the newest version
+    assert later is not None and later.uid == "long" and later.version == 3

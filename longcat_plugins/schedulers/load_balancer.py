@@ -60,9 +60,7 @@ from __future__ import annotations
 
 import asyncio
 import random
-import statistics
 import time
-from collections import deque
 from collections.abc import Callable
 from typing import Any, ClassVar
 
@@ -72,6 +70,7 @@ from verl.workers.rollout.router import DEFAULT_ROUTING_CACHE_SIZE, GlobalReques
 from longcat_plugins.schedulers.core.admission import (
     NO_ADMISSION,
     AdmissionContext,
+    DecodeRate,
     LengthHistory,
     admission_policy,
     batches_left,
@@ -89,9 +88,6 @@ NO_SERVERS = "No available servers in load balancer"  # verl's message, matched 
 PIN_FIELD = "dora_version"
 #: acquire field naming a new request's prompt (a digest of its token ids): its length history
 PROMPT_FIELD = "dora_prompt"
-#: per-request decode rates and step times kept for the tokens-per-step estimate
-RATE_WINDOW = 64
-STEP_WINDOW = 8
 
 
 class DoraLoadBalancer(GlobalRequestLoadBalancer):
@@ -153,9 +149,7 @@ class DoraLoadBalancer(GlobalRequestLoadBalancer):
         self._next_batch = 1
         self._training = False
         self.lengths = LengthHistory(length_momentum)
-        self._rates: deque[float] = deque(maxlen=RATE_WINDOW)
-        self._step_s: deque[float] = deque(maxlen=STEP_WINDOW)
-        self._step_began: float | None = None
+        self.rate = DecodeRate()
         self._reset_step()
 
     @classmethod
@@ -305,9 +299,7 @@ class DoraLoadBalancer(GlobalRequestLoadBalancer):
     def tokens_per_step(self) -> float | None:
         """Tokens one request decodes in one training step: the median per-request decode rate
         times the median step time (both observed); None until both were seen."""
-        if not self._rates or not self._step_s:
-            return None
-        return statistics.median(self._rates) * statistics.median(self._step_s)
+        return self.rate.tokens_per_step()
 
     async def begin_training(self, step: int) -> None:
         """The trainer took the batch of verl step ``step`` and updates the weights: the newest
@@ -324,9 +316,8 @@ class DoraLoadBalancer(GlobalRequestLoadBalancer):
         a lower bound and its rate unused)."""
         if prompt is not None:
             self.lengths.observe(str(prompt), int(tokens), complete)
-        decoded = int(tokens) if decoded is None else int(decoded)
-        if complete and decoded > 0 and seconds > 0:
-            self._rates.append(decoded / seconds)
+        if complete:
+            self.rate.observe(int(tokens) if decoded is None else int(decoded), seconds)
 
     def _allowed(self) -> set[str]:
         """Replicas a new request may go to: all, or under replica-granular versioning the
@@ -620,10 +611,7 @@ class DoraLoadBalancer(GlobalRequestLoadBalancer):
             self._version = int(version)
             self._next_batch = int(version) + 1
         self._training = False
-        now = self._clock()
-        if self._step_began is not None:
-            self._step_s.append(now - self._step_began)
-        self._step_began = now
+        self.rate.step(self._clock())
         out = self.get_lb_metrics()
         self.cap.on_new_step()
         self._reset_step()

@@ -33,6 +33,8 @@ registers one directly, for Python use of the core without the plugin host.
 
 from __future__ import annotations
 
+import statistics
+from collections import deque
 from collections.abc import Callable
 from dataclasses import dataclass
 
@@ -148,3 +150,30 @@ class LengthHistory:
         while len(self.expected) > self.capacity:
             del self.expected[next(iter(self.expected))]
         return new
+
+
+class DecodeRate:
+    """Tokens one request decodes per training step, observed: the median per-request decode rate
+    (tokens over the seconds the request ran) times the median time between published versions."""
+
+    def __init__(self, rates: int = 64, steps: int = 8) -> None:
+        self._rates: deque[float] = deque(maxlen=rates)
+        self._step_s: deque[float] = deque(maxlen=steps)
+        self._last: float | None = None
+
+    def observe(self, tokens: int, seconds: float) -> None:
+        """A request decoded ``tokens`` in ``seconds`` (ignored unless both are positive)."""
+        if tokens > 0 and seconds > 0:
+            self._rates.append(tokens / seconds)
+
+    def step(self, now: float) -> None:
+        """A version was published at ``now`` (the step time is the gap since the last one)."""
+        if self._last is not None and now > self._last:
+            self._step_s.append(now - self._last)
+        self._last = now
+
+    def tokens_per_step(self) -> float | None:
+        """None until a rate and a step time were both observed."""
+        if not self._rates or not self._step_s:
+            return None
+        return statistics.median(self._rates) * statistics.median(self._step_s)
