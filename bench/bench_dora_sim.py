@@ -13,7 +13,7 @@ Experiments
   tokens, DORA holding new groups back while the old version trains): sync, one_step_off,
   partial, dora and dora_elastic at staleness 1 and 2.
 - ``admission``: length censoring: DORA at staleness 1 and 2 with no hold-back and each
-  admission policy (``none``, ``version_window``, ``length_aware``; window 1), with the modes'
+  admission policy (``none``, ``version_window``, ``length_aware``; window = staleness), with the modes'
   hold-back (``hold_back_0``) and with replay of stale finished groups, beside sync and partial
   rollout: trained tokens/s and mean trained response length over sync's.
 - ``calibration``: the request load ratio of dora_elastic (staleness 1) against the hold-back
@@ -80,7 +80,7 @@ def dora_config(
 ) -> DoraConfig:
     return DoraConfig(
         admission=admission,
-        admission_window=1,
+        admission_window=staleness,  # the strict rule: a new group starts only with its whole window ahead
         reuse_ratio=reuse_ratio,
         staleness=staleness,
         batch_size=batch_size,
@@ -285,7 +285,7 @@ def main() -> None:
         },
         "modes": modes,
         "admission": {
-            "note": "dora runs without old_version_start_limit, admission_window 1; replay: reuse_ratio "
+            "note": "dora runs without old_version_start_limit, admission_window = staleness; replay: reuse_ratio "
             f"{REPLAY}; hold_back_0 is the modes' dora (old_version_start_limit 0); trained length: response tokens",
             "runs": admission,
             "summary_vs_sync": admission_summary,

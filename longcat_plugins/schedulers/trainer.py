@@ -638,7 +638,11 @@ class DoraTrainer(PPOTrainerSeparateAsync):
 
     def _begin_training(self, step: int) -> None:
         """The batch of ``step`` is taken and the weights update: the load balancer's admission
-        control sees the newest version's window shrink (the version is about to be superseded)."""
+        control sees the newest version's window shrink (the version is about to be superseded).
+        With ``parameter_sync_step > 1`` only at the step's last mini-batch: the earlier ones
+        still need fresh samples, which a hold until the next version would never let finish."""
+        if int(getattr(self, "local_trigger_step", 0)) < int(self.parameter_sync_step) - 1:
+            return
         ray.get(self.standalone_server_manager.global_load_balancer.begin_training.remote(step))
 
     def step(self, metrics: dict, timing_raw: dict) -> Any:
