@@ -265,3 +265,17 @@ def test_the_controller_length_aware_starts_a_known_short_prompt_while_training(
     ctrl.publish_version(3, now=20.0)
     later = ctrl.next_request("i0", 20.0)  # the held long prompt is drawn first, on the newest version
     assert later is not None and later.uid == "long" and later.version == 3
+
+
+def test_a_controller_state_saved_before_admission_existed_still_loads() -> None:
+    from longcat_plugins.schedulers.core import DoraController, PromptRef
+
+    prompts = [PromptRef(f"p{i}") for i in range(4)]
+    state = DoraController(DoraConfig(batch_size=1, group_size=1), prompts).state_dict()
+    for key in ("admission", "admission_window"):
+        del state["config"][key]
+    DoraController(DoraConfig(batch_size=1, group_size=1), prompts).load_state_dict(state)
+    with pytest.raises(ConfigError, match=r"fields differ: \['admission'\]"):
+        DoraController(DoraConfig(batch_size=1, group_size=1, admission="version_window"), prompts).load_state_dict(
+            state
+        )

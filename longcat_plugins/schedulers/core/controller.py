@@ -425,7 +425,9 @@ class DoraController:
         if state.get("format") != STATE_FORMAT:
             raise ValueError(f"DORA state format {state.get('format')!r} is not {STATE_FORMAT}")
         mine = dataclasses.asdict(self.config)
-        diff = sorted(k for k in mine if mine[k] != state["config"].get(k))
+        # a field the state predates (admission, added later) was saved at its default
+        defaults = {f.name: f.default for f in dataclasses.fields(DoraConfig) if f.default is not dataclasses.MISSING}
+        diff = sorted(k for k in mine if mine[k] != state["config"].get(k, defaults.get(k)))
         if diff:
             raise ConfigError(f"DORA state was saved with a different config; fields differ: {diff}")
         if state["prompts"] != len(self._uids):
