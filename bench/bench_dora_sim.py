@@ -26,7 +26,8 @@ Experiments
 Throughput counts trained samples (and their prompt + response tokens) per simulated second
 after ``--warmup`` steps; device utilisation is the time-averaged fraction of devices decoding,
 prefilling or training; request load ratio follows the report's footnote (capacity 4 requests
-per device). Results: ``<out>/dora_sim.json`` and ``<out>/dora_sim.png`` (``--docs-img`` copies
+per device). Results: ``<out>/dora_sim.json`` and ``<out>/dora_sim.png`` (``--only-admission``: only
+the ``admission`` experiment, into ``<out>/dora_sim_admission.json``) (``--docs-img`` copies
 the figure to ``docs/img/dora-sim.png``).
 """
 
@@ -80,7 +81,7 @@ def dora_config(
 ) -> DoraConfig:
     return DoraConfig(
         admission=admission,
-        admission_window=staleness,  # the strict rule: a new group starts only with its whole window ahead
+        admission_window=max(1, staleness),  # the strict rule: a new group starts only with its whole window ahead
         reuse_ratio=reuse_ratio,
         staleness=staleness,
         batch_size=batch_size,
@@ -193,6 +194,12 @@ def main() -> None:
     parser.add_argument("--quick", action="store_true", help="smaller cluster and batch, fewer steps (smoke run)")
     parser.add_argument("--out", default=str(REPO / "bench" / "results"))
     parser.add_argument("--docs-img", action="store_true", help="also copy the PNG to docs/img/dora-sim.png")
+    parser.add_argument(
+        "--only-admission",
+        action="store_true",
+        help="run only what the admission section needs (sync, partial, dora at staleness 1 and 2 and the admission "
+        "runs) and write it to dora_sim_admission.json, leaving dora_sim.json as it is",
+    )
     args = parser.parse_args()
 
     if args.quick:
@@ -202,7 +209,8 @@ def main() -> None:
     warmup = min(args.warmup, steps - 1)
     go = dict(batch=batch, steps=steps, warmup=warmup)
 
-    modes = {key: run(mode, s, cluster, **go) for key, (mode, s) in MODES.items()}
+    keys = ("sync", "partial", "dora_s1", "dora_s2") if args.only_admission else tuple(MODES)
+    modes = {key: run(mode, s, cluster, **go) for key, (mode, s) in MODES.items() if key in keys}
 
     # length censoring: admission policies (no other hold-back) and replay against partial rollout
     admission: dict[str, dict[str, Any]] = {"sync": modes["sync"], "partial": modes["partial"]}
@@ -229,6 +237,24 @@ def main() -> None:
             f"trained length x{row['trained_len_vs_sync']:.3f}  aborted {row['aborted_request_share']:.3f}",
             flush=True,
         )
+
+    section = {
+        "note": "dora runs without old_version_start_limit, admission_window = staleness; replay: reuse_ratio "
+        f"{REPLAY}; hold_back_0 is the modes' dora (old_version_start_limit 0); trained length: response tokens",
+        "runs": admission,
+        "summary_vs_sync": admission_summary,
+    }
+    if args.only_admission:
+        out = Path(args.out)
+        out.mkdir(parents=True, exist_ok=True)
+        target = out / "dora_sim_admission.json"
+        command = f"bench/bench_dora_sim.py --only-admission{' --quick' if args.quick else ''} --steps {steps}"
+        report = {"provenance": provenance(seeds=[0]), "command": command, "steps": steps, "admission": section}
+        tmp = target.with_suffix(".tmp")
+        tmp.write_text(json.dumps(report, indent=2))
+        os.replace(tmp, target)
+        print(f"wrote {target}")
+        return
 
     calibration = []
     for hold_back in (None, 1.0, 0.5, HOLD_BACK):
@@ -284,12 +310,7 @@ def main() -> None:
             "calibrated": ["old_version_start_limit"],
         },
         "modes": modes,
-        "admission": {
-            "note": "dora runs without old_version_start_limit, admission_window = staleness; replay: reuse_ratio "
-            f"{REPLAY}; hold_back_0 is the modes' dora (old_version_start_limit 0); trained length: response tokens",
-            "runs": admission,
-            "summary_vs_sync": admission_summary,
-        },
+        "admission": section,
         "calibration": calibration,
         "sensitivity": sensitivity,
     }
