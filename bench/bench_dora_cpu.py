@@ -1,6 +1,7 @@
 """DORA against verl's synchronous v1 trainer, for real, on this machine's CPU (or its GPU).
 
-    .venv/bin/python bench/bench_dora_cpu.py [--device cpu|cuda] [--steps 8] [--long-tokens 384] [--out bench/results]
+    .venv/bin/python bench/bench_dora_cpu.py [--device cpu|cuda] [--steps 8] [--seeds 0,1] [--only sync dora_1 ...]
+        [--long-tokens 384] [--out bench/results]
 
 Each run is stock ``python -m verl.trainer.main_ppo`` (the tiny local Llama, GRPO, 4 prompts x
 n=4 = 16 trained samples per step) on a long-tailed workload: every 4th prompt may generate
@@ -10,20 +11,29 @@ a random tiny model almost never stops early, so the budget is the length). Runs
 - ``sync``: verl's v1 ``sync`` trainer (``configs/cpu_demo.yaml``), one colocated ``hf``
   replica: each step waits for its longest response.
 - ``dora_1`` / ``dora_2``: ``trainer.v1.trainer_mode=dora`` (``configs/dora_cpu.yaml``) with one
-  or two standalone multi-version ``hf`` replicas, staleness bound 1.
+  or two standalone multi-version ``hf`` replicas, staleness bound 1, no admission control.
+- ``dora_1_window`` / ``dora_1_length``: ``dora_1`` with admission ``version_window`` /
+  ``length_aware`` (window 1: new requests are held while the trainer updates the newest version).
+- ``dora_1_replay``: ``dora_1`` with the replay of stale finished groups (``reuse_ratio`` 0.25:
+  one replayed group per batch of 4), the first report's answer to discarded long groups.
 
-All processes share the same CPU cores whatever the logical device count, so ``dora_1`` is the
-like-for-like comparison with ``sync`` (one generation engine each); ``dora_2`` adds a second
-engine on the same cores. Reported per run: wall time per trained sample over the training loop
-(sum of verl's ``timing_s/step``, with and without the first step, which absorbs warm-up) and
-for the whole process (start-up included), wall time per trained response token (DORA trains
-a shorter mix: long responses that finish late fall out of the staleness window or past the
-last step), trainer wait per step, response length, staleness.
+All processes share the same CPU cores whatever the logical device count, so the ``dora_1*``
+runs are the like-for-like comparison with ``sync`` (one generation engine each); ``dora_2`` adds
+a second engine on the same cores. Reported per run and seed: wall time per trained sample and
+per trained response token over the training loop (sum of verl's ``timing_s/step`` without the
+first step, which absorbs warm-up) and for the whole process, ``tokens_per_s`` (trained response
+tokens per loop second, steps 2+), the trained length distribution (``trained_len_mean``,
+``trained_len_p90``, ``trained_len_max``, every trained response of every step: DORA's from its
+``dora/trained_len`` trace, sync's from the workload's per-sample trace, since the sync trainer
+trains exactly what it generates), ``censored_share`` (requests stopped because their version
+left the window, over requests started) with the censored lengths, trainer wait, staleness. The
+summary gives, per run, the per-token speed-up and the mean trained length over ``sync`` of the
+same seed (mean and spread over seeds).
 
 ``--device cuda`` trains on the GPU (``trainer.device=cuda``; the rollout stays the ``hf``
 engine, vLLM is not used); every record carries its ``"device"``, and records of the other
 device already in ``dora_cpu.json`` are kept (a re-run replaces only its own device's runs).
-Results: ``<out>/dora_cpu.json`` and ``<out>/dora_cpu.png``.
+Results: ``<out>/dora_cpu.json`` (with its provenance) and ``<out>/dora_cpu.png``.
 """
 
 from __future__ import annotations
@@ -38,11 +48,19 @@ import time
 from pathlib import Path
 from typing import Any
 
+import numpy as np
+
 from longcat_plugins.runtime.assets import ensure_assets
 from longcat_plugins.runtime.launch import configs_dir, run_training
-from longcat_plugins.schedulers.workload import AGENT_NAME, write_skewed_dataset
+from longcat_plugins.schedulers.workload import AGENT_NAME, ENV_TRACE, write_skewed_dataset
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from provenance import provenance  # noqa: E402
 
 SAMPLES_PER_STEP = 16  # data.train_batch_size 4 x rollout.n 4 in grpo_arithmetic
+
+
+DORA_KEY = "longcat.settings.scheduler.dora"
 
 
 def runs(long_tokens: int) -> dict[str, tuple[str, list[str]]]:
@@ -51,57 +69,143 @@ def runs(long_tokens: int) -> dict[str, tuple[str, list[str]]]:
         f"actor_rollout_ref.rollout.agent.agent_loop_config_path={configs_dir() / 'agent_loops' / 'skewed.yaml'}",
         f"actor_rollout_ref.rollout.agent.default_agent_loop={AGENT_NAME}",
     ]
-    dora = [*common, "trainer.v1.separate_async.num_warmup_batches=2", "longcat.settings.scheduler.dora.staleness=1"]
+    dora = [*common, "trainer.v1.separate_async.num_warmup_batches=2", f"{DORA_KEY}.staleness=1"]
+    one = [*dora, "actor_rollout_ref.rollout.n_gpus_per_node=1", "ray_kwargs.ray_init.num_gpus=2"]
     return {
         "sync": ("cpu_demo", common),
-        "dora_1": (
+        "dora_1": ("dora_cpu", one),
+        "dora_1_window": (
             "dora_cpu",
-            [*dora, "actor_rollout_ref.rollout.n_gpus_per_node=1", "ray_kwargs.ray_init.num_gpus=2"],
+            [*one, f"+{DORA_KEY}.admission=version_window", f"+{DORA_KEY}.admission_window=1"],
         ),
+        "dora_1_length": ("dora_cpu", [*one, f"+{DORA_KEY}.admission=length_aware", f"+{DORA_KEY}.admission_window=1"]),
+        "dora_1_replay": ("dora_cpu", [*one, f"+{DORA_KEY}.reuse_ratio=0.25"]),
         "dora_2": ("dora_cpu", dora),
     }
 
 
-def summarise(name: str, steps: list[dict[str, Any]], process_s: float) -> dict[str, Any]:
+def seeded(seed: int) -> list[str]:
+    """The run seed: data order, data loader and rollout sampling (as bench_learning.py)."""
+    return [
+        f"data.seed={seed}",
+        f"actor_rollout_ref.actor.data_loader_seed={seed}",
+        f"actor_rollout_ref.rollout.seed={seed}",
+    ]
+
+
+def read_jsonl(path: Path) -> list[dict[str, Any]]:
+    return [json.loads(line) for line in path.read_text().splitlines()] if path.exists() else []
+
+
+def length_stats(lengths: list[int]) -> dict[str, float | int | None]:
+    if not lengths:
+        return {"trained_len_mean": None, "trained_len_p90": None, "trained_len_max": None, "trained_len_n": 0}
+    values = np.asarray(lengths, dtype=np.float64)
+    return {
+        "trained_len_mean": float(values.mean()),
+        "trained_len_p90": float(np.percentile(values, 90)),
+        "trained_len_max": float(values.max()),
+        "trained_len_n": len(lengths),
+    }
+
+
+def summarise(
+    name: str, steps: list[dict[str, Any]], process_s: float, trained: list[int], generated: list[int]
+) -> dict[str, Any]:
     step_s = [s["timing_s/step"] for s in steps]
-    trained = SAMPLES_PER_STEP * len(steps)
+    samples = SAMPLES_PER_STEP * len(steps)
     tokens = [s["response_length/mean"] * SAMPLES_PER_STEP for s in steps]
+    after = sum(step_s[1:])
     out: dict[str, Any] = {
         "run": name,
         "steps": len(steps),
-        "trained_samples": trained,
+        "trained_samples": samples,
         "loop_s": sum(step_s),
-        "s_per_sample": sum(step_s) / trained,
-        "s_per_sample_after_first": sum(step_s[1:]) / (SAMPLES_PER_STEP * (len(steps) - 1)) if len(steps) > 1 else None,
+        "s_per_sample": sum(step_s) / samples,
+        "s_per_sample_after_first": after / (SAMPLES_PER_STEP * (len(steps) - 1)) if len(steps) > 1 else None,
         "trained_response_tokens": sum(tokens),
-        "ms_per_trained_token_after_first": 1000 * sum(step_s[1:]) / sum(tokens[1:]) if len(steps) > 1 else None,
+        "ms_per_trained_token_after_first": 1000 * after / sum(tokens[1:]) if len(steps) > 1 else None,
+        "tokens_per_s": sum(tokens[1:]) / after if len(steps) > 1 and after > 0 else None,
+        "samples_per_s": SAMPLES_PER_STEP * (len(steps) - 1) / after if len(steps) > 1 and after > 0 else None,
         "process_s": process_s,
-        "process_s_per_sample": process_s / trained,
+        "process_s_per_sample": process_s / samples,
         "step_s_median": statistics.median(step_s),
         "gen_wait_s_mean": statistics.mean(s.get("timing_s/gen", 0.0) for s in steps),
         "response_length_mean": statistics.mean(s["response_length/mean"] for s in steps),
         "reward_mean": statistics.mean(s["critic/score/mean"] for s in steps),
+        **length_stats(trained),
+        "generated_len_mean": float(np.mean(generated)) if generated else None,
+        "generated_samples": len(generated),
     }
     if "dora/staleness/mean" in steps[0]:
+        started = sum(s.get("dora/lb/started_requests", 0.0) for s in steps)
+        aborted = sum(s.get("dora/lb/stale_aborted", 0.0) for s in steps)
+        measured = sum(s.get("dora/lb/censored_measured", 0.0) for s in steps)
         out["staleness_mean"] = statistics.mean(s["dora/staleness/mean"] for s in steps)
         out["versions_in_batch_max"] = max(s["dora/versions_in_batch"] for s in steps)
         out["request_load_ratio_mean"] = statistics.mean(s["dora/request_load_ratio"] for s in steps)
+        out["started_requests"] = started
+        out["stale_aborted"] = aborted
+        out["censored_share"] = aborted / started if started else 0.0
+        out["censored_len_mean"] = (
+            sum(s.get("dora/lb/censored_tokens", 0.0) for s in steps) / measured if measured else None
+        )
+        out["held_requests"] = sum(s.get("dora/lb/held_requests", 0.0) for s in steps)
+        out["evicted_stale_groups"] = sum(s.get("dora/evicted_stale_groups", 0.0) for s in steps)
+        out["replayed_groups"] = sum(s.get("dora/replay/replayed", 0.0) for s in steps)
+    else:
+        out["censored_share"] = 0.0  # sync stops no request
     return out
 
 
-def plot(results: list[dict[str, Any]], path: Path) -> None:
+def compare(results: list[dict[str, Any]]) -> dict[str, Any]:
+    """Per run: tokens/s and mean trained length over sync of the same seed and device, mean
+    and spread (population std, min, max) over seeds."""
+    base = {(r["device"], r["seed"]): r for r in results if r["run"] == "sync"}
+    table: dict[str, dict[str, list[float]]] = {}
+    for r in results:
+        ref = base.get((r["device"], r["seed"]))
+        if ref is None or r["tokens_per_s"] is None or not ref["tokens_per_s"] or not ref["trained_len_mean"]:
+            continue
+        row = table.setdefault(f"{r['run']} ({r['device']})", {"token_speedup": [], "len_ratio": [], "seeds": []})
+        row["token_speedup"].append(r["tokens_per_s"] / ref["tokens_per_s"])
+        row["len_ratio"].append((r["trained_len_mean"] or 0.0) / ref["trained_len_mean"])
+        row["seeds"].append(r["seed"])
+    out = {}
+    for name, row in table.items():
+        out[name] = {"seeds": row["seeds"]}
+        for key in ("token_speedup", "len_ratio"):
+            values = np.asarray(row[key], dtype=np.float64)
+            out[name][key] = {
+                "mean": float(values.mean()),
+                "std": float(values.std()),
+                "min": float(values.min()),
+                "max": float(values.max()),
+                "per_seed": [float(v) for v in values],
+            }
+    return out
+
+
+def plot(summary: dict[str, Any], path: Path) -> None:
     import matplotlib
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    fig, (left, right) = plt.subplots(1, 2, figsize=(8, 3.2))
-    names = [f"{r['run']} ({r['device']})" for r in results]
-    left.bar(names, [r["s_per_sample_after_first"] or r["s_per_sample"] for r in results], color="#4c72b0")
-    left.set_ylabel("wall s per trained sample")
-    right.bar(names, [r["ms_per_trained_token_after_first"] or 0.0 for r in results], color="#dd8452")
-    right.set_ylabel("wall ms per trained response token")
-    fig.suptitle("verl sync vs DORA on this CPU, long-tailed responses (steps 2+)")
+    names = list(summary)
+    fig, (left, right) = plt.subplots(1, 2, figsize=(10, 3.6))
+    for ax, key, label in (
+        (left, "token_speedup", "trained tokens/s over sync"),
+        (right, "len_ratio", "mean trained length / sync's"),
+    ):
+        means = [summary[n][key]["mean"] for n in names]
+        spread = [[m - summary[n][key]["min"] for n, m in zip(names, means, strict=True)],
+                  [summary[n][key]["max"] - m for n, m in zip(names, means, strict=True)]]  # fmt: skip
+        ax.bar(names, means, yerr=spread, capsize=3, color="#4c72b0" if key == "token_speedup" else "#dd8452")
+        ax.axhline(1.0, color="grey", lw=1, ls=":")
+        ax.set_ylabel(label)
+        ax.tick_params(axis="x", rotation=30, labelsize=7)
+    fig.suptitle("DORA vs verl sync, long-tailed responses (steps 2+; bars: mean over seeds, min-max)", fontsize=9)
     fig.tight_layout()
     tmp = path.with_suffix(".tmp.png")
     fig.savefig(tmp, dpi=120)
@@ -114,10 +218,17 @@ def main() -> None:
     parser.add_argument("--long-tokens", type=int, default=384)
     parser.add_argument("--short-tokens", type=int, default=8)
     parser.add_argument("--long-every", type=int, default=4)
-    parser.add_argument("--only", nargs="*", help="run only these (sync, dora_1, dora_2)")
+    parser.add_argument("--seeds", default="0", help="comma-separated run seeds (data order, sampling)")
+    parser.add_argument("--only", nargs="*", help=f"run only these ({', '.join(runs(384))})")
     parser.add_argument("--out", type=Path, default=Path("bench/results"))
     parser.add_argument("--device", choices=("cpu", "cuda"), default="cpu", help="trainer.device of every run")
     args = parser.parse_args()
+    seeds = [int(s) for s in args.seeds.split(",") if s.strip()]
+    known = runs(args.long_tokens)
+    unknown = sorted(set(args.only or []) - set(known))
+    if unknown:
+        print(f"error: --only: unknown run(s) {unknown}; choices: {list(known)}", file=sys.stderr)
+        raise SystemExit(2)
     if args.device == "cuda":
         import torch
 
@@ -135,37 +246,55 @@ def main() -> None:
         long_tokens=args.long_tokens,
     )
     results = []
-    for name, (config, extra) in runs(args.long_tokens).items():
-        if args.only and name not in args.only:
-            continue
-        ray_tmp = tempfile.mkdtemp(prefix="lcray", dir="/tmp")
-        start = time.perf_counter()
-        result = run_training(
-            configs_dir() / f"{config}.yaml",
-            [
-                f"data.train_files={skewed}",
-                f"data.val_files={assets.val}",
-                f"actor_rollout_ref.model.path={assets.model}",
-                f"+ray_kwargs.ray_init._temp_dir={ray_tmp}",
-                f"trainer.total_training_steps={args.steps}",
-                f"trainer.device={args.device}",
-                *extra,
-            ],
-            work / name,
-        )
-        elapsed = time.perf_counter() - start
-        if result.returncode != 0 or len(result.steps) != args.steps:
-            raise SystemExit(f"{name} failed (exit {result.returncode}); see {result.log}")
-        results.append({"device": args.device} | summarise(name, result.steps, elapsed))
-        print(json.dumps(results[-1]))
+    for seed in seeds:
+        for name, (config, extra) in known.items():
+            if args.only and name not in args.only:
+                continue
+            ray_tmp = tempfile.mkdtemp(prefix="lcray", dir="/tmp")
+            run_dir = work / f"{name}_s{seed}"
+            run_dir.mkdir(parents=True)
+            dora_trace, workload_trace = run_dir / "dora_trace.jsonl", run_dir / "workload.jsonl"
+            start = time.perf_counter()
+            result = run_training(
+                configs_dir() / f"{config}.yaml",
+                [
+                    f"data.train_files={skewed}",
+                    f"data.val_files={assets.val}",
+                    f"actor_rollout_ref.model.path={assets.model}",
+                    f"+ray_kwargs.ray_init._temp_dir={ray_tmp}",
+                    f"trainer.total_training_steps={args.steps}",
+                    f"trainer.device={args.device}",
+                    *seeded(seed),
+                    *extra,
+                ],
+                run_dir,
+                env={"LONGCAT_DORA_TRACE": str(dora_trace), ENV_TRACE: str(workload_trace)},
+            )
+            elapsed = time.perf_counter() - start
+            if result.returncode != 0 or len(result.steps) != args.steps:
+                raise SystemExit(f"{name} (seed {seed}) failed (exit {result.returncode}); see {result.log}")
+            generated = [int(r["len"]) for r in read_jsonl(workload_trace)]
+            if name == "sync":  # verl's sync trainer trains exactly the samples it generated
+                trained = generated
+            else:
+                trained = [n for r in read_jsonl(dora_trace) for n in r.get("trained_lengths", [])]
+            if len(trained) != SAMPLES_PER_STEP * args.steps:
+                raise SystemExit(
+                    f"{name} (seed {seed}): {len(trained)} trained lengths recorded for "
+                    f"{SAMPLES_PER_STEP * args.steps} trained samples; see {run_dir}"
+                )
+            record = {"device": args.device, "seed": seed} | summarise(name, result.steps, elapsed, trained, generated)
+            results.append(record)
+            print(json.dumps(record), flush=True)
 
     args.out.mkdir(parents=True, exist_ok=True)
     target = args.out / "dora_cpu.json"
     if target.exists():  # keep the other device's records
-        results = [
-            r for r in json.loads(target.read_text())["results"] if r.get("device", "cpu") != args.device
-        ] + results
+        previous = json.loads(target.read_text())
+        results = [r for r in previous["results"] if r.get("device", "cpu") != args.device and "seed" in r] + results
+    summary = compare(results)
     report = {
+        "provenance": provenance(seeds=seeds),
         "workload": {
             "long_every": args.long_every,
             "short_tokens": args.short_tokens,
@@ -174,12 +303,19 @@ def main() -> None:
             "steps": args.steps,
         },
         "cpu_count": os.cpu_count(),
+        "summary_vs_sync": summary,
         "results": results,
     }
     tmp = target.with_suffix(".tmp")
     tmp.write_text(json.dumps(report, indent=2))
     os.replace(tmp, target)
-    plot(results, args.out / "dora_cpu.png")
+    plot(summary, args.out / "dora_cpu.png")
+    for name, row in summary.items():
+        tok, length = row["token_speedup"], row["len_ratio"]
+        print(
+            f"{name:24s} tokens/s x{tok['mean']:.2f} (min {tok['min']:.2f}, max {tok['max']:.2f})  "
+            f"trained length x{length['mean']:.2f} (min {length['min']:.2f}, max {length['max']:.2f})  seeds {row['seeds']}"
+        )
     print(f"wrote {target} and {args.out / 'dora_cpu.png'}")
 
 

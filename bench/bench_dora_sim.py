@@ -12,6 +12,10 @@ Experiments
   64 groups × 8 samples per step, math / code / agent long tail, cap 8 then 4, KV for 4 × 64K
   tokens, DORA holding new groups back while the old version trains): sync, one_step_off,
   partial, dora and dora_elastic at staleness 1 and 2.
+- ``admission``: length censoring: DORA at staleness 1 and 2 with no hold-back and each
+  admission policy (``none``, ``version_window``, ``length_aware``; window = staleness), with the modes'
+  hold-back (``hold_back_0``) and with replay of stale finished groups, beside sync and partial
+  rollout: trained tokens/s and mean trained response length over sync's.
 - ``calibration``: the request load ratio of dora_elastic (staleness 1) against the hold-back
   limit (batches of new groups allowed on the old version while it trains; none: no rule).
 - ``sensitivity``: KV budget (1 / 2 / 4 / 8 × 64K tokens) for every baseline and DORA; memory per
@@ -22,7 +26,8 @@ Experiments
 Throughput counts trained samples (and their prompt + response tokens) per simulated second
 after ``--warmup`` steps; device utilisation is the time-averaged fraction of devices decoding,
 prefilling or training; request load ratio follows the report's footnote (capacity 4 requests
-per device). Results: ``<out>/dora_sim.json`` and ``<out>/dora_sim.png`` (``--docs-img`` copies
+per device). Results: ``<out>/dora_sim.json`` and ``<out>/dora_sim.png`` (``--only-admission``: only
+the ``admission`` experiment, into ``<out>/dora_sim_admission.json``) (``--docs-img`` copies
 the figure to ``docs/img/dora-sim.png``).
 """
 
@@ -33,6 +38,7 @@ import dataclasses
 import json
 import os
 import shutil
+import sys
 import tempfile
 import time
 from pathlib import Path
@@ -42,10 +48,17 @@ from longcat_plugins.schedulers.core import DoraConfig
 from longcat_plugins.schedulers.sim import ClusterSpec, SimResult, long_tail_workload, simulate
 
 REPO = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(REPO / "bench"))
+from provenance import provenance  # noqa: E402
+
 RATIOS = {"math": 0.4, "code": 0.3, "agent": 0.3}
 #: the report's rule, read strictly: no new group starts on a version while the trainer updates it
 HOLD_BACK = 0.0
 #: the issue's contract: result key -> (simulator mode, staleness)
+#: admission policies compared against length censoring (``admission`` section)
+ADMISSIONS = ("none", "version_window", "length_aware")
+#: replay of stale finished groups (D2) in the ``admission`` section
+REPLAY = 0.25
 MODES = {
     "sync": ("sync", 0),
     "one_step_off": ("one_step_off", 1),
@@ -58,9 +71,18 @@ MODES = {
 
 
 def dora_config(
-    staleness: int, batch_size: int, group_size: int, filtering: bool = True, hold_back: float | None = HOLD_BACK
+    staleness: int,
+    batch_size: int,
+    group_size: int,
+    filtering: bool = True,
+    hold_back: float | None = HOLD_BACK,
+    admission: str = "none",
+    reuse_ratio: float = 0.0,
 ) -> DoraConfig:
     return DoraConfig(
+        admission=admission,
+        admission_window=max(1, staleness),  # the strict rule: a new group starts only with its whole window ahead
+        reuse_ratio=reuse_ratio,
         staleness=staleness,
         batch_size=batch_size,
         group_size=group_size,
@@ -88,6 +110,13 @@ def record(result: SimResult, wall_s: float) -> dict[str, Any]:
         "preemptions_per_sample": result.preemptions_per_sample,
         "versions_held_mean": result.versions_held_mean,
         "trained_tokens_mean": result.trained_tokens_mean,
+        "trained_response_tokens_mean": result.trained_response_tokens_mean,
+        "trained_response_tokens_p90": result.trained_response_tokens_p90,
+        "aborted_request_share": (
+            result.controller.get("dora/aborted_requests", 0.0) / result.controller["dora/issued_requests"]
+            if result.controller.get("dora/issued_requests")
+            else 0.0
+        ),
         "trained_tokens_p99": result.trained_tokens_p99,
         "step_seconds_median": sorted(result.step_seconds)[len(result.step_seconds) // 2],
         "trained_samples": result.trained_samples,
@@ -97,14 +126,15 @@ def record(result: SimResult, wall_s: float) -> dict[str, Any]:
 
 
 def run(mode: str, staleness: int, cluster: ClusterSpec, batch: tuple[int, int], steps: int, warmup: int,
-        seed: int = 0, hold_back: float | None = HOLD_BACK) -> dict[str, Any]:  # fmt: skip
+        seed: int = 0, hold_back: float | None = HOLD_BACK, admission: str = "none",
+        reuse_ratio: float = 0.0) -> dict[str, Any]:  # fmt: skip
     workload = long_tail_workload(seed=seed, prompts=4096)
-    config = dora_config(staleness, *batch, hold_back=hold_back)
+    config = dora_config(staleness, *batch, hold_back=hold_back, admission=admission, reuse_ratio=reuse_ratio)
     started = time.perf_counter()
     result = simulate(mode, workload, cluster, config, steps=steps, warmup_steps=warmup, seed=seed)
     out = record(result, time.perf_counter() - started)
     print(
-        f"{mode:13s} s={staleness} hold_back={hold_back} kv={cluster.kv_capacity_tokens} ver={cluster.version_kv_tokens}: "
+        f"{mode:13s} s={staleness} hold_back={hold_back} admission={admission} reuse={reuse_ratio} kv={cluster.kv_capacity_tokens} ver={cluster.version_kv_tokens}: "
         f"{out['samples_per_s']:.3f} samples/s load {out['request_load_ratio']:.2f} util {out['device_util']:.2f} "
         f"({out['sim_wall_s']:.1f} s)",
         flush=True,
@@ -164,6 +194,12 @@ def main() -> None:
     parser.add_argument("--quick", action="store_true", help="smaller cluster and batch, fewer steps (smoke run)")
     parser.add_argument("--out", default=str(REPO / "bench" / "results"))
     parser.add_argument("--docs-img", action="store_true", help="also copy the PNG to docs/img/dora-sim.png")
+    parser.add_argument(
+        "--only-admission",
+        action="store_true",
+        help="run only what the admission section needs (sync, partial, dora at staleness 1 and 2 and the admission "
+        "runs) and write it to dora_sim_admission.json, leaving dora_sim.json as it is",
+    )
     args = parser.parse_args()
 
     if args.quick:
@@ -173,7 +209,52 @@ def main() -> None:
     warmup = min(args.warmup, steps - 1)
     go = dict(batch=batch, steps=steps, warmup=warmup)
 
-    modes = {key: run(mode, s, cluster, **go) for key, (mode, s) in MODES.items()}
+    keys = ("sync", "partial", "dora_s1", "dora_s2") if args.only_admission else tuple(MODES)
+    modes = {key: run(mode, s, cluster, **go) for key, (mode, s) in MODES.items() if key in keys}
+
+    # length censoring: admission policies (no other hold-back) and replay against partial rollout
+    admission: dict[str, dict[str, Any]] = {"sync": modes["sync"], "partial": modes["partial"]}
+    for s in (1, 2):
+        for name in ADMISSIONS:
+            admission[f"dora_s{s}_{name}"] = run("dora", s, cluster, hold_back=None, admission=name, **go)
+        admission[f"dora_s{s}_hold_back_0"] = modes[f"dora_s{s}"]  # old_version_start_limit 0, the default above
+        admission[f"dora_s{s}_replay"] = run("dora", s, cluster, hold_back=None, reuse_ratio=REPLAY, **go)
+    sync_len = modes["sync"]["trained_response_tokens_mean"]
+    admission_summary = {
+        key: {
+            "token_speedup_vs_sync": res["tokens_per_s"] / modes["sync"]["tokens_per_s"],
+            "sample_speedup_vs_sync": res["samples_per_s"] / modes["sync"]["samples_per_s"],
+            "trained_len_vs_sync": res["trained_response_tokens_mean"] / sync_len if sync_len else None,
+            "trained_response_tokens_mean": res["trained_response_tokens_mean"],
+            "trained_response_tokens_p90": res["trained_response_tokens_p90"],
+            "aborted_request_share": res["aborted_request_share"],
+        }
+        for key, res in admission.items()
+    }
+    for key, row in admission_summary.items():
+        print(
+            f"{key:28s} tokens/s x{row['token_speedup_vs_sync']:.2f}  samples/s x{row['sample_speedup_vs_sync']:.2f}  "
+            f"trained length x{row['trained_len_vs_sync']:.3f}  aborted {row['aborted_request_share']:.3f}",
+            flush=True,
+        )
+
+    section = {
+        "note": "dora runs without old_version_start_limit, admission_window = staleness; replay: reuse_ratio "
+        f"{REPLAY}; hold_back_0 is the modes' dora (old_version_start_limit 0); trained length: response tokens",
+        "runs": admission,
+        "summary_vs_sync": admission_summary,
+    }
+    if args.only_admission:
+        out = Path(args.out)
+        out.mkdir(parents=True, exist_ok=True)
+        target = out / "dora_sim_admission.json"
+        command = f"bench/bench_dora_sim.py --only-admission{' --quick' if args.quick else ''} --steps {steps}"
+        report = {"provenance": provenance(seeds=[0]), "command": command, "steps": steps, "admission": section}
+        tmp = target.with_suffix(".tmp")
+        tmp.write_text(json.dumps(report, indent=2))
+        os.replace(tmp, target)
+        print(f"wrote {target}")
+        return
 
     calibration = []
     for hold_back in (None, 1.0, 0.5, HOLD_BACK):
@@ -216,6 +297,7 @@ def main() -> None:
             point("staleness", s, f"{mode}_s{s}", res, modes["sync"])
 
     report = {
+        "provenance": provenance(seeds=[0]),
         "command": "bench/bench_dora_sim.py" + (" --quick" if args.quick else "") + f" --steps {steps}",
         "cost_model": {
             "cluster": dataclasses.asdict(cluster),
@@ -228,6 +310,7 @@ def main() -> None:
             "calibrated": ["old_version_start_limit"],
         },
         "modes": modes,
+        "admission": section,
         "calibration": calibration,
         "sensitivity": sensitivity,
     }

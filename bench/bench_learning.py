@@ -19,7 +19,7 @@ greedy, n=1) on the 64 held-out questions, before training (step 0) and after th
 at temperature 1 from the final checkpoint (plain transformers), scored with the exact-match
 reward, and the unbiased estimator 1 - C(n-c, k) / C(n, k) averaged over questions.
 
-Writes the JSON (exactly ``{"runs": [...]}``), ``learning_curves.json`` (accuracy per
+Writes the JSON (exactly ``{"runs": [...]}``; every run carries its ``provenance``, ``bench/provenance.py``), ``learning_curves.json`` (accuracy per
 validation step and wall-clock, and ``train``: per-step reward, PPO ratio statistics,
 ``rollout_corr/kl``, length-clip share and staleness, from ``bench/learning_diagnostics.py``,
 per run) and a PNG of the curves with seed bands beside it.
@@ -36,6 +36,7 @@ from math import comb
 from pathlib import Path
 
 from learning_diagnostics import train_diagnostics
+from provenance import provenance
 
 #: objective -> overrides on the demo recipe
 OBJECTIVES: dict[str, list[str]] = {
@@ -293,7 +294,7 @@ def main() -> None:
                     before,
                     args.schedule,
                 )
-                runs.append(got["run"])
+                runs.append(got["run"] | {"provenance": provenance(seeds=[seed])})
                 curves.append(
                     {
                         "objective": objective,

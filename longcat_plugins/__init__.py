@@ -16,6 +16,7 @@ from longcat_plugins.components import (  # noqa: E402 - imported after the watc
     AgentLoop,
     Component,
     DataStrategy,
+    DoraAdmission,
     DoraBalancer,
     DoraEvictionPolicy,
     Family,
@@ -54,6 +55,7 @@ __all__ = [
     "SchedulePolicy",
     "DoraEvictionPolicy",
     "DoraBalancer",
+    "DoraAdmission",
     "DataStrategy",
     "FusionMethod",
 ]

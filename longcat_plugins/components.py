@@ -33,6 +33,7 @@ __all__ = [
     "SchedulePolicy",
     "DoraEvictionPolicy",
     "DoraBalancer",
+    "DoraAdmission",
     "FusionMethod",
     "COMPONENT_TYPES",
     "ComponentImportError",
@@ -528,6 +529,31 @@ class DataStrategy(Component):
 
 
 @dataclass(frozen=True)
+class DoraAdmission(Component):
+    """A DORA admission policy, selected by ``longcat.settings.scheduler.dora.admission`` (verl's
+    ``dora`` trainer with ``load_balancer: dora``); the built-in ``none`` is the default, the
+    others are ``version_window`` and ``length_aware``. A function ``fn(ctx) -> bool`` of an
+    :class:`~longcat_plugins.schedulers.core.admission.AdmissionContext` (the version the request
+    would run on, the batches its window has left, ``staleness``, ``window``, whether the trainer
+    is updating, the prompt's expected length and the tokens a request decodes per step). The
+    ``DoraLoadBalancer`` actor asks it for every new request (a restart too, never a migrated
+    continuation): ``False`` holds the request until the next version or step phase, so long
+    answers start where they can finish instead of being stopped as stale (length censoring).
+
+    Example::
+
+        def newest_only(ctx):
+            return not ctx.training
+
+        DoraAdmission("newest_only", newest_only)
+    """
+
+    family: ClassVar[Family] = Family.SCHEDULER
+    kind: ClassVar[str] = "dora_admission"
+    verl_entry: ClassVar[str] = "schedulers.core.admission.ADMISSIONS (longcat.settings.scheduler.dora.admission)"
+
+
+@dataclass(frozen=True)
 class FusionMethod(Component):
     """A checkpoint-fusion method; verl has no counterpart, so it is used through
     ``longcat-plugins fuse`` and :mod:`longcat_plugins.fusion`. If ``config`` is omitted, the
@@ -577,7 +603,15 @@ def schema_from_signature(fn: Any, schema_name: str) -> type | None:
 
 COMPONENT_TYPES: dict[Family, tuple[type[Component], ...]] = {
     Family.ALGORITHM: (PolicyLoss, AdvantageEstimator),
-    Family.SCHEDULER: (Trainer, Sampler, SchedulePolicy, DoraEvictionPolicy, DoraBalancer, DataStrategy),
+    Family.SCHEDULER: (
+        Trainer,
+        Sampler,
+        SchedulePolicy,
+        DoraEvictionPolicy,
+        DoraBalancer,
+        DoraAdmission,
+        DataStrategy,
+    ),
     Family.REWARD: (RewardManager, RewardFunction, ValidationMetric, RewardGuard),
     Family.ENVIRONMENT: (AgentLoop, Tool),
     Family.FUSION: (FusionMethod,),

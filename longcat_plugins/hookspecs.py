@@ -29,6 +29,7 @@ from longcat_plugins.components import (
     AdvantageEstimator,
     AgentLoop,
     DataStrategy,
+    DoraAdmission,
     DoraBalancer,
     DoraEvictionPolicy,
     FusionMethod,
@@ -67,15 +68,16 @@ def register_algorithms() -> Sequence[PolicyLoss | AdvantageEstimator]:
 
 @hookspec
 def register_schedulers() -> Sequence[
-    Trainer | Sampler | SchedulePolicy | DoraEvictionPolicy | DoraBalancer | DataStrategy
+    Trainer | Sampler | SchedulePolicy | DoraEvictionPolicy | DoraBalancer | DoraAdmission | DataStrategy
 ]:
     """Rollout/training schedulers: v1 trainers (``trainer.v1.trainer_mode``), v1 replay-buffer
     samplers (``trainer.v1.sampler.custom_sampler``), fully-async dynamic-schedule policies
     (``async_training.dynamic_schedule_policy``), and DORA's policies: eviction policies
-    (``longcat.settings.scheduler.dora.eviction``) and load-balancer strategies
-    (``longcat.settings.scheduler.dora.balancer``), plain functions of the scheduler core's
-    ``EvictionContext`` / ``BalanceContext`` that the ``dora`` trainer's sampler and load
-    balancer call (and the Python ``DoraController``); and data strategies
+    (``longcat.settings.scheduler.dora.eviction``), load-balancer strategies
+    (``longcat.settings.scheduler.dora.balancer``) and admission policies
+    (``longcat.settings.scheduler.dora.admission``), plain functions of the scheduler core's
+    ``EvictionContext`` / ``BalanceContext`` / ``AdmissionContext`` that the ``dora`` trainer's
+    sampler and load balancer call (and the Python ``DoraController``); and data strategies
     (``longcat.settings.scheduler.longcat_data.strategies``), which the step planner runs under
     the ``longcat_data`` and ``dora`` trainers alike. An unknown name exits 2 before Ray,
     listing the registered ones.
@@ -91,6 +93,7 @@ def register_schedulers() -> Sequence[
                 Trainer("dora", DoraTrainer, config=DoraConfig),
                 DoraEvictionPolicy("keep_newest_two", keep_newest_two),
                 DoraBalancer("never", lambda ctx: []),
+                DoraAdmission("newest_only", lambda ctx: not ctx.training),
             ]
     """
 

@@ -128,6 +128,14 @@ TARGETS: dict[str, VerlTarget] = {
             selected_by="longcat.settings.scheduler.dora.balancer",
             on_import=False,
         ),
+        VerlTarget(
+            "dora_admission",
+            "longcat_plugins.schedulers.core.admission",
+            _attr("ADMISSIONS"),
+            _same,
+            selected_by="longcat.settings.scheduler.dora.admission",
+            on_import=False,
+        ),
     )
 }
 

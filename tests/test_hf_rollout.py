@@ -219,6 +219,7 @@ def test_stop_stale_stops_only_requests_on_versions_that_left_the_window(tiny: A
         return [await asyncio.wait_for(old, 5.0), await fresh], stopped
 
     (old, fresh), stopped = asyncio.run(run())
-    assert stopped == {"stopped": ["old"]} and server.stats["stale_stopped"] == 1
+    assert stopped["stopped"] == ["old"] and server.stats["stale_stopped"] == 1
     assert old.stop_reason == "aborted" and 0 < len(old.token_ids) < 300 and old.extra_fields["global_steps"] == 1
+    assert stopped["tokens"] == [len(old.token_ids)]  # the censored length, what the caller got
     assert fresh.stop_reason == "completed" and len(fresh.token_ids) == 20 and fresh.extra_fields["global_steps"] == 2

@@ -1,5 +1,5 @@
 """DORA's policies as plugins: an outside plugin (tests/outside_plugin/outside_dora.py, installed as
-a real distribution) registers an eviction policy and a load balancer through
+a real distribution) registers an eviction policy, a load balancer and an admission policy through
 ``register_schedulers``; they are selected by name in ``longcat.settings.scheduler.dora``, an
 unknown name exits 2 before Ray listing the choices, and in verl's ``dora`` trainer the sampler
 and the load balancer call them."""
@@ -19,6 +19,7 @@ from sched_helpers import FakeTQ
 
 from longcat_plugins.host import Host
 from longcat_plugins.runtime.launch import configs_dir
+from longcat_plugins.schedulers.core.admission import admission_policy
 from longcat_plugins.schedulers.core.queue import is_fresh
 from longcat_plugins.schedulers.core.versions import EVICTION_POLICIES, eviction_policy, register_eviction_policy
 from longcat_plugins.schedulers.sampler import DoraReplayBuffer
@@ -63,6 +64,12 @@ def test_installed_it_is_discovered_beside_the_builtins(fake_site: Path) -> None
     assert not host.problems, host.problems
     evictions = {c.name: c.plugin for c in host.components(kind="dora_eviction_policy")}
     balancers = {c.name: c.plugin for c in host.components(kind="dora_balancer")}
+    admissions = {c.name: c.plugin for c in host.components(kind="dora_admission")}
+    assert admissions == {
+        "version_window": "longcat.schedulers",
+        "length_aware": "longcat.schedulers",
+        "marked_admission": "outside_dora",
+    }
     assert evictions == {
         "staleness_window": "longcat.schedulers",
         "idle_or_stale": "longcat.schedulers",
@@ -75,9 +82,13 @@ def test_installed_it_is_discovered_beside_the_builtins(fake_site: Path) -> None
 def test_selected_by_name_the_bridge_registered_it(longcat_host: HostFactory) -> None:
     longcat_host(outside_dora, builtins=True, activate=True)
     assert eviction_policy("freshest_only") is outside_dora.freshest_only
-    settings = DoraSettings(eviction="freshest_only", balancer="marked_greedy")
+    settings = DoraSettings(eviction="freshest_only", balancer="marked_greedy", admission="marked_admission")
     assert settings.core_config(4).eviction == "freshest_only"
     assert settings.balancer_config().balancer == "marked_greedy"
+    assert settings.balancer_config().admission == "marked_admission"
+    assert admission_policy("marked_admission") is outside_dora.marked_admission
+    with pytest.raises(ValueError, match=r"admission must be one of .*'none'.*'marked_admission'.*'version_window'"):
+        DoraSettings(admission="marked")
     with pytest.raises(ValueError, match=r"eviction must be one of .*'freshest_only'.*'staleness_window'"):
         DoraSettings(eviction="freshest")
     with pytest.raises(ValueError, match=r"balancer must be one of .*'greedy'.*'marked_greedy'"):
@@ -139,8 +150,18 @@ def test_a_policy_that_keeps_a_stale_version_stops_the_sampler(tq: FakeTQ, longc
 
 def test_an_unknown_name_exits_2_before_ray_listing_the_choices(fake_site: Path) -> None:
     install(fake_site)
-    ok = run_cli("validate", RECIPE, f"+{KEY}.eviction=marked_window", f"+{KEY}.balancer=marked_greedy")
+    ok = run_cli(
+        "validate",
+        RECIPE,
+        f"+{KEY}.eviction=marked_window",
+        f"+{KEY}.balancer=marked_greedy",
+        f"+{KEY}.admission=marked_admission",
+    )
     assert ok.returncode == 0, ok.stdout + ok.stderr
+    typo = run_cli("validate", RECIPE, f"+{KEY}.admission=marked_admision")
+    assert typo.returncode == 2, typo.stdout + typo.stderr
+    line = next(line for line in (typo.stdout + typo.stderr).splitlines() if f"{KEY}.admission" in line)
+    assert "'marked_admission'" in line and "'version_window'" in line and "'none'" in line, line
     bad = run_cli("validate", RECIPE, f"+{KEY}.eviction=marked_windw", f"+{KEY}.balancer=marked_greedy")
     out = bad.stdout + bad.stderr
     assert bad.returncode == 2, out
@@ -156,7 +177,9 @@ def test_the_plugins_policies_run_inside_verls_dora_trainer(
 ) -> None:
     """Two steps of dora_cpu.yaml with the outside plugin's policies selected: the sampler (in the
     trainer process) asked its eviction policy before the batches, and the DORA load balancer (a
-    Ray actor) asked its balancer on every load change."""
+    Ray actor) asked its balancer on every load change and its admission policy for new requests,
+    holding those refused until the next version. The run's length metrics are sane: the trained
+    lengths the trainer reports are those of its trained batch, and the censoring share is a share."""
     from test_e2e_dora import train_dora
 
     install(fake_site)
@@ -165,13 +188,14 @@ def test_the_plugins_policies_run_inside_verls_dora_trainer(
 
     os.environ["OUTSIDE_DORA_MARKER"] = str(marker)
     try:
-        result, steps, _ = train_dora(
+        result, trace, _ = train_dora(
             tiny_assets,
             tmp_path,
             ray_tmp,
             2,
             f"+{KEY}.eviction=marked_window",
             f"+{KEY}.balancer=marked_greedy",
+            f"+{KEY}.admission=marked_admission",
             warmup_batches=1,
         )
     finally:
@@ -187,6 +211,23 @@ def test_the_plugins_policies_run_inside_verls_dora_trainer(
     assert {r["pid"] for r in plans}.isdisjoint({r["pid"] for r in evictions})
     assert any(len(r["loads"]) == 2 for r in plans), plans[:5]
     assert [s["step"] for s in result.steps] == [1, 2]
+    # admission: asked in the load balancer's actor; refused exactly while the trainer updated (the
+    # newest version had no later batch left: staleness 1), admitted on the newest otherwise
+    admissions = [r for r in records if r["kind"] == "admission"]
+    assert admissions and {r["pid"] for r in admissions} <= {r["pid"] for r in plans}, admissions[:5]
+    assert all(r["admitted"] == (r["batches_left"] == 1) for r in admissions), admissions[:10]
+    assert any(not r["admitted"] for r in admissions), "a refill while the trainer updated must be held"
+    held = sum(s["dora/lb/held_requests"] for s in result.steps)
+    assert held >= 1, [s.get("dora/lb/held_requests") for s in result.steps]
+    # the trained length metrics are those of the batch verl trained (its response_length/*)
+    for step, record in zip(result.steps, trace, strict=True):
+        lengths = record["trained_lengths"]
+        assert len(lengths) == 16 and step["dora/trained_len_max"] == max(lengths) == step["response_length/max"]
+        assert step["dora/trained_len_mean"] == pytest.approx(step["response_length/mean"], rel=1e-9)
+        assert min(lengths) <= step["dora/trained_len_p90"] <= max(lengths)
+        assert 0.0 <= step["dora/censored_share"] <= 1.0 and step["dora/lb/started_requests"] >= 0
+        if step["dora/lb/stale_aborted"]:
+            assert 0 < step["dora/censored_len_mean"] <= 384
 
 
 def test_without_verl_the_core_takes_the_names_from_the_host(fake_site: Path) -> None:

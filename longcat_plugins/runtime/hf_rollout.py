@@ -529,20 +529,23 @@ class HFServer:
     async def stop_stale(self, latest: int, staleness: int, reason: str = "aborted") -> dict[str, Any]:
         """Stop every queued or running request on a version that left the staleness window of
         ``latest`` (the scheduler core's ``is_fresh``, the rule the sampler trains by: nothing it
-        finishes would be trained); their callers restart them from the prompt on the newest."""
+        finishes would be trained); their callers restart them from the prompt on the newest.
+        Returns their ids and, aligned, the tokens each had generated (the censored lengths)."""
         from longcat_plugins.schedulers.core.queue import is_fresh
 
         stopped: list[str] = []
+        tokens: list[int] = []  # what each stopped request had generated (the censored lengths)
         stale = {
             v for v, (_, steps) in self.versions.items() if steps is not None and not is_fresh(latest, steps, staleness)
         }
         candidates = [(r, self._running_version) for r in self._running] if self._running_version in stale else []
         candidates += [(r, None) for r in self._queue if r.version in stale]
         for req, version in candidates:
-            if not req.future.done() and self._stop(req, version, reason) >= 0:
+            if not req.future.done() and (carried := self._stop(req, version, reason)) >= 0:
                 stopped.append(req.request_id)
+                tokens.append(carried)
         self.stats["stale_stopped"] += len(stopped)
-        return {"stopped": stopped}
+        return {"stopped": stopped, "tokens": tokens}
 
     async def abort_all_requests(self, reject_request: bool = False) -> dict[str, Any]:
         """Abort the queued requests; in single-version mode also the running batch, which stops

@@ -9,7 +9,14 @@ def components() -> list[Component]:
     """The schedulers components this package ships, named by ``module:attr``: the verl
     integration (subclasses of verl's trainer, replay buffer and schedule policy) is imported
     only when verl's registry or a recipe uses it."""
-    from longcat_plugins.components import DoraBalancer, DoraEvictionPolicy, Sampler, SchedulePolicy, Trainer
+    from longcat_plugins.components import (
+        DoraAdmission,
+        DoraBalancer,
+        DoraEvictionPolicy,
+        Sampler,
+        SchedulePolicy,
+        Trainer,
+    )
 
     mod = "longcat_plugins.schedulers"
     return [
@@ -52,6 +59,18 @@ def components() -> list[Component]:
             "none",
             f"{mod}.core.balancer:no_balancing",
             summary="Never migrate; the cap then stays at ``cap_before_rebalance`` for the whole step.",
+        ),
+        # admission ``none`` is the setting's own value (no policy asked): component names are unique
+        # per family, and the balancer ``none`` has it
+        DoraAdmission(
+            "version_window",
+            f"{mod}.core.admission:version_window",
+            summary="Start only on a version with at least ``window`` later batches left in its window.",
+        ),
+        DoraAdmission(
+            "length_aware",
+            f"{mod}.core.admission:length_aware",
+            summary="Start a prompt only on a version with enough window left to finish it (its length history).",
         ),
         SchedulePolicy(
             "dora_elastic",

@@ -20,12 +20,19 @@ agent loop is ONE sample: prefix + continuation tokens and log-probs, one versio
 cannot run on its version (no replica holds it any more) or whose replica dies restarts from
 the prompt, as an abort does; the carried prefix is then dropped, never joined to another
 version's tokens.
+
+For the balancer's admission control every new request names its prompt (acquire field
+``dora_prompt``, a digest of its token ids), and every attempt's end is reported to the balancer
+(``observe``: the tokens the response reached, the seconds it decoded, whether it completed), so
+``length_aware`` admission knows each prompt's length history and the decode rate.
 """
 
 from __future__ import annotations
 
 import asyncio
+import hashlib
 import logging
+import time
 from typing import Any
 
 import ray
@@ -48,11 +55,23 @@ class DoraLLMServerClient(LLMServerClient):
     def __init__(self, config: Any, load_balancer_handle: Any = None, **kwargs: Any) -> None:
         super().__init__(config=config, load_balancer_handle=load_balancer_handle, **kwargs)
         self._serving: dict[str, str] = {}  # request_id -> server_id of its current attempt
+        self._started: dict[str, float] = {}  # request_id -> when its current attempt was admitted
 
     async def _acquire_server(self, request_id: str, **extra: Any) -> tuple[str, Any]:
+        if extra.get("prompt_ids") is not None:
+            extra["dora_prompt"] = prompt_digest(extra["prompt_ids"])
         server_id, handle = await super()._acquire_server(request_id, **extra)
         self._serving[request_id] = server_id
+        self._started[request_id] = time.monotonic()
         return server_id, handle
+
+    def _observe(self, request_id: str, prompt_ids: Any, tokens: int, attempt_tokens: int, complete: bool) -> None:
+        """Tell the balancer how long this prompt's response got (fire-and-forget, as verl's release)."""
+        started = self._started.pop(request_id, None)
+        if self._load_balancer is None or prompt_ids is None:
+            return
+        seconds = time.monotonic() - started if started is not None else 0.0
+        self._load_balancer.observe.remote(prompt_digest(prompt_ids), tokens, seconds, complete, attempt_tokens)
 
     def _vllm_request_id(self, request_id: str) -> str:
         """The agent loop's request id, so the balancer can name a running request to the server
@@ -87,8 +106,11 @@ class DoraLLMServerClient(LLMServerClient):
                         pin = version if prefix else None
                     migrations += 1
                     continue
+                if output.stop_reason in ABORTED and output.token_ids:  # stopped as stale: a lower bound
+                    self._observe(request_id, kwargs.get("prompt_ids"), len(output.token_ids), 0, complete=False)
                 if output.stop_reason not in ABORTED and output.stop_reason != UNAVAILABLE:
                     self._serving.pop(request_id, None)
+                    attempt = len(output.token_ids)
                     if pin is not None:
                         assert version == pin, f"continuation of {request_id} ran on {version}, not its version {pin}"
                         output.token_ids = prefix + list(output.token_ids)
@@ -99,6 +121,7 @@ class DoraLLMServerClient(LLMServerClient):
                     output.extra_fields["dora_restarts"] = restarts
                     output.extra_fields["dora_migrations"] = migrations
                     output.extra_fields["dora_migrated_tokens"] = len(prefix)
+                    self._observe(request_id, kwargs.get("prompt_ids"), len(output.token_ids), attempt, complete=True)
                     return output
                 if restarts >= MAX_RESTARTS:
                     self._serving.pop(request_id, None)
@@ -106,6 +129,11 @@ class DoraLLMServerClient(LLMServerClient):
             prefix, prefix_lps, pin = [], [], None  # a restart is from the prompt
             restarts += 1
             await asyncio.sleep(RESTART_DELAY_S)
+
+
+def prompt_digest(prompt_ids: Any) -> str:
+    """A prompt's identity for its length history: a digest of its token ids."""
+    return hashlib.sha1(",".join(str(int(t)) for t in prompt_ids).encode()).hexdigest()[:16]
 
 
 def _join(head: list[float] | None, tail: list[float] | None) -> list[float] | None:

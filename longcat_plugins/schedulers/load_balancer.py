@@ -34,6 +34,17 @@ staleness window), every start and finish is reported to it, and the loads it de
 weight syncs (a replica that just drained) are queued for the trainer's checkpoint manager
 (:meth:`take_loads`); :meth:`publish` and :meth:`loaded` are the manager's side.
 
+Admission control (:mod:`~longcat_plugins.schedulers.core.admission`, ``config.admission``):
+every new request (a restart too; never a pinned continuation) is admitted by the selected
+policy before it is routed; a refused one waits, holding no replica, until the trainer's phase
+or version changes (:meth:`begin_training` when the trainer takes its batch, :meth:`end_step`
+when it publishes a version). The policy sees how many later batches the version the request
+would run on has left in its window, and, for ``length_aware``, the prompt's length history
+(``dora_prompt``, a digest of the prompt the client sends; :meth:`observe` records each
+response) against the tokens a request decodes per step (per-request decode rate times the step
+time, both observed here). Per step it reports the requests started, held back, and stopped as
+stale with their lengths (``dora/censored_share``, ``dora/censored_len_mean``: length censoring).
+
 A health probe between requests (:meth:`start_health_probe`, every ``health_probe_s`` seconds
 of the settings): each replica is pinged with Ray's built-in ``__ray_ready__``; one whose actor
 is dead is removed at once (``dora/lb/dead_replicas``), so no request is routed to it, instead
@@ -56,6 +67,14 @@ from typing import Any, ClassVar
 import ray
 from verl.workers.rollout.router import DEFAULT_ROUTING_CACHE_SIZE, GlobalRequestLoadBalancer
 
+from longcat_plugins.schedulers.core.admission import (
+    NO_ADMISSION,
+    AdmissionContext,
+    DecodeRate,
+    LengthHistory,
+    admission_policy,
+    batches_left,
+)
 from longcat_plugins.schedulers.core.balancer import BalanceContext, TwoPhaseCap, balancer, place_migrations
 from longcat_plugins.schedulers.core.config import DoraConfig
 from longcat_plugins.schedulers.core.metrics import LoadMeter
@@ -67,6 +86,8 @@ MAX_CONCURRENCY = 100_000
 NO_SERVERS = "No available servers in load balancer"  # verl's message, matched by its clients
 #: acquire field of a request continuing on a pinned version (a migration): its ``global_steps``
 PIN_FIELD = "dora_version"
+#: acquire field naming a new request's prompt (a digest of its token ids): its length history
+PROMPT_FIELD = "dora_prompt"
 
 
 class DoraLoadBalancer(GlobalRequestLoadBalancer):
@@ -91,6 +112,7 @@ class DoraLoadBalancer(GlobalRequestLoadBalancer):
         clock: Callable[[], float] = time.monotonic,
         stop_requests: bool | None = None,
         staleness: int | None = None,
+        length_momentum: float = 0.5,
     ) -> None:
         if full_determinism:
             raise ValueError("DoraLoadBalancer: rollout.full_determinism routing is not supported; use verl's balancer")
@@ -119,6 +141,15 @@ class DoraLoadBalancer(GlobalRequestLoadBalancer):
         self._tasks: set[asyncio.Task] = set()
         self._dead: list[str] = []  # replicas the health probe found dead and removed
         self._probe_task: asyncio.Task | None = None
+        # admission: the newest published version, the batch the trainer fills next (verl's step),
+        # whether it is updating now, and what length_aware reads
+        self.admission = self.config.admission
+        admission_policy(self.admission)  # an unknown name fails here, listing the choices
+        self._version = 0
+        self._next_batch = 1
+        self._training = False
+        self.lengths = LengthHistory(length_momentum)
+        self.rate = DecodeRate()
         self._reset_step()
 
     @classmethod
@@ -156,6 +187,8 @@ class DoraLoadBalancer(GlobalRequestLoadBalancer):
         if reserved is not None and reserved == target:
             self._unreserve(request_id, reserved)
         waited_since: float | None = None
+        held_since: float | None = None
+        prompt = extra.get(PROMPT_FIELD)
         while True:
             if not self._inflight_requests:
                 raise RuntimeError(NO_SERVERS)
@@ -163,7 +196,14 @@ class DoraLoadBalancer(GlobalRequestLoadBalancer):
                 holders = [h for h in self._holders(int(pinned)) if h in self._inflight_requests]
                 if not holders:  # the version left every replica while waiting: restart instead
                     pinned, holders = None, None
-            server_id = self._choose(request_id, holders)
+            admitted = None if holders is not None else self._admitted(prompt)
+            if admitted is not None and not admitted:  # the admission policy holds it back
+                if held_since is None:
+                    held_since = self._clock()
+                    self._step["held_requests"] += 1
+                await self._changed.wait()
+                continue
+            server_id = self._choose(request_id, holders if holders is not None else admitted)
             if server_id is not None:
                 break
             if waited_since is None:
@@ -172,6 +212,10 @@ class DoraLoadBalancer(GlobalRequestLoadBalancer):
             await self._changed.wait()
         if waited_since is not None:
             self._step["wait_s"] += self._clock() - waited_since
+        if held_since is not None:
+            self._step["held_s"] += self._clock() - held_since
+        if pinned is None:
+            self._step["started_requests"] += 1
         return self._admit(server_id, request_id, pinned)
 
     def _unreserve(self, request_id: str, replica: str) -> None:
@@ -214,6 +258,66 @@ class DoraLoadBalancer(GlobalRequestLoadBalancer):
             return None
         least = min(room.values())
         return random.choice([sid for sid, n in room.items() if n == least])
+
+    # -- admission ---------------------------------------------------------------------------------
+
+    def _admitted(self, prompt: str | None) -> list[str] | None:
+        """Replicas a new request of ``prompt`` may start on now, by the admission policy (one
+        decision per version the allowed replicas serve); ``None``: no policy, any allowed one."""
+        if self.admission == NO_ADMISSION:
+            return None
+        allowed = sorted(self._allowed())
+        if not allowed:
+            return None  # nothing to decide between: the cap loop waits for a replica
+        policy = admission_policy(self.admission)
+        by_version: dict[int, list[str]] = {}
+        for sid in allowed:
+            by_version.setdefault(self._replica_version(sid), []).append(sid)
+        expected, rate = self.lengths.get(prompt), self.tokens_per_step()
+        out: list[str] = []
+        for version, replicas in sorted(by_version.items()):
+            ctx = AdmissionContext(
+                version=version,
+                batches_left=batches_left(version, int(self.config.staleness), self._next_batch),
+                staleness=int(self.config.staleness),
+                window=int(self.config.admission_window),
+                training=self._training,
+                expected_tokens=expected,
+                tokens_per_step=rate,
+            )
+            if policy(ctx):
+                out += replicas
+        return out
+
+    def _replica_version(self, sid: str) -> int:
+        """The version a new request on ``sid`` runs on: its own under replica-granular
+        versioning, else the newest published (multi-version servers start new work on it)."""
+        if self.roller is not None and sid in self.roller.replicas:
+            return int(self.roller.version_of(sid))
+        return self._version
+
+    def tokens_per_step(self) -> float | None:
+        """Tokens one request decodes in one training step: the median per-request decode rate
+        times the median step time (both observed); None until both were seen."""
+        return self.rate.tokens_per_step()
+
+    async def begin_training(self, step: int) -> None:
+        """The trainer took the batch of verl step ``step`` and updates the weights: the newest
+        version is about to be superseded; the batch filled next is ``step + 1``."""
+        self._training = True
+        self._next_batch = int(step) + 1
+        self._wake()
+
+    async def observe(
+        self, prompt: str | None, tokens: int, seconds: float, complete: bool = True, decoded: int | None = None
+    ) -> None:
+        """A response of ``prompt`` ended with ``tokens`` tokens, of which this attempt decoded
+        ``decoded`` (default all) in ``seconds`` (``complete=False``: stopped early; its length is
+        a lower bound and its rate unused)."""
+        if prompt is not None:
+            self.lengths.observe(str(prompt), int(tokens), complete)
+        if complete:
+            self.rate.observe(int(tokens) if decoded is None else int(decoded), seconds)
 
     def _allowed(self) -> set[str]:
         """Replicas a new request may go to: all, or under replica-granular versioning the
@@ -287,8 +391,8 @@ class DoraLoadBalancer(GlobalRequestLoadBalancer):
         self._wake()
 
     def require_acquire_fields(self) -> list[str]:
-        """The pinned version of a continuing (migrated) request."""
-        return [PIN_FIELD]
+        """The pinned version of a continuing (migrated) request, and a new request's prompt digest."""
+        return [PIN_FIELD, PROMPT_FIELD]
 
     def require_release_fields(self) -> list[str]:
         """The request id, to keep the per-replica request lists the core's balancer reads."""
@@ -424,9 +528,13 @@ class DoraLoadBalancer(GlobalRequestLoadBalancer):
             *[h.stop_stale.remote(version, self.staleness) for h in self._servers.values()], return_exceptions=True
         )
         stopped = [rid for r in results if isinstance(r, dict) for rid in r.get("stopped", [])]
+        lengths = [int(n) for r in results if isinstance(r, dict) for n in r.get("tokens", [])]
         for request_id in stopped:
             self._migrating.pop(request_id, None)
         self._step["stale_aborted"] += len(stopped)
+        self._step["censored_measured"] += len(lengths)
+        self._step["censored_tokens"] += sum(lengths)
+        self._step["censored_len_max"] = max([self._step["censored_len_max"], *lengths])
         return len(stopped)
 
     def _wake(self) -> None:
@@ -449,6 +557,12 @@ class DoraLoadBalancer(GlobalRequestLoadBalancer):
             "migrated_tokens": 0,
             "stale_aborted": 0,
             "peak_inflight": max(self._inflight_requests.values(), default=0),
+            "started_requests": 0,
+            "held_requests": 0,
+            "held_s": 0.0,
+            "censored_measured": 0,
+            "censored_tokens": 0,
+            "censored_len_max": 0,
         }
         self._step_start = (self._meter.loaded, self._meter.span, self._meter.idle)
 
@@ -473,6 +587,19 @@ class DoraLoadBalancer(GlobalRequestLoadBalancer):
             out[f"dora/lb/inflight/{sid}"] = float(n)
         if self.roller is not None:
             out.update(self.roller.metrics())
+        step = self._step
+        # length censoring: requests stopped because their version left the window, over those
+        # started (restarts included), and the lengths they had reached (lower bounds)
+        out["dora/censored_share"] = (
+            step["stale_aborted"] / step["started_requests"] if step["started_requests"] else 0.0
+        )
+        out["dora/censored_len_mean"] = (
+            step["censored_tokens"] / step["censored_measured"] if step["censored_measured"] else 0.0
+        )
+        out["dora/censored_len_max"] = float(step["censored_len_max"])
+        rate = self.tokens_per_step()
+        out["dora/admission/tokens_per_step"] = float(rate) if rate is not None else 0.0
+        out["dora/admission/known_prompts"] = float(len(self.lengths.expected))
         return out
 
     async def end_step(self, version: int | None = None) -> dict[str, float]:
@@ -481,6 +608,10 @@ class DoraLoadBalancer(GlobalRequestLoadBalancer):
         are held to (:meth:`stop_stale`)."""
         if version is not None:
             await self.stop_stale(version)
+            self._version = int(version)
+            self._next_batch = int(version) + 1
+        self._training = False
+        self.rate.step(self._clock())
         out = self.get_lb_metrics()
         self.cap.on_new_step()
         self._reset_step()
@@ -494,11 +625,21 @@ async def _ready(handle: Any) -> Any:
 
 
 def create_dora_load_balancer(
-    servers: dict[str, Any], config: DoraConfig, stop_requests: bool = False, staleness: int | None = None
+    servers: dict[str, Any],
+    config: DoraConfig,
+    stop_requests: bool = False,
+    staleness: int | None = None,
+    length_momentum: float = 0.5,
 ) -> Any:
     """The router actor (async, ``MAX_CONCURRENCY`` calls) over ``servers``."""
     actor_cls = ray.remote(max_concurrency=MAX_CONCURRENCY)(DoraLoadBalancer)
-    return actor_cls.remote(servers=servers, config=config, stop_requests=stop_requests, staleness=staleness)
+    return actor_cls.remote(
+        servers=servers,
+        config=config,
+        stop_requests=stop_requests,
+        staleness=staleness,
+        length_momentum=length_momentum,
+    )
 
 
-__all__ = ["DoraLoadBalancer", "create_dora_load_balancer", "MAX_CONCURRENCY", "PIN_FIELD"]
+__all__ = ["DoraLoadBalancer", "create_dora_load_balancer", "MAX_CONCURRENCY", "PIN_FIELD", "PROMPT_FIELD"]

@@ -165,6 +165,10 @@ class DoraReplayBuffer(ReplayBufferAsync):
         #: may have freed: top up), and with every training batch taken (its groups leave the quota)
         self.on_poll: Callable[[], None] | None = None
         self.on_sampled: Callable[[KVBatchMeta], None] | None = None
+        #: called with the step as soon as a training batch is taken, before ``on_sampled`` refills:
+        #: the trainer tells the load balancer's admission control that the newest version is
+        #: about to be superseded, so the refill's requests are judged by that
+        self.on_taken: Callable[[int], None] | None = None
         #: D2: stale groups kept for replay (prompt uids; their trajectories stay in TransferQueue)
         self.replay: ReplayBuffer[str] | None = None
         if settings.reuse_ratio > 0:
@@ -545,6 +549,8 @@ class DoraReplayBuffer(ReplayBufferAsync):
             metrics[f"{PREFIX}/domain/max_share_error"] = float(error)
             metrics[f"{PREFIX}/domain/unbalanced_batch"] = 0.0 if self._batch_balanced else 1.0
             self.last_sample["domains"] = dict(self._batch_domains)
+        if self.on_taken is not None:
+            self.on_taken(global_steps)
         if self.on_sampled is not None:  # after the batch's own record: it submits new prompts
             self.on_sampled(batch)
         return batch, metrics

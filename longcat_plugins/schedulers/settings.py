@@ -90,6 +90,15 @@ class DoraSettings:
             evict; the default ``staleness_window`` evicts exactly those outside ``staleness``.
         balancer: the load-balancer strategy (a ``DoraBalancer`` component) the ``dora`` load
             balancer asks for migration plans (``load_balancer: dora``); default ``greedy``.
+        admission: the admission policy (a ``DoraAdmission`` component, built-in or a plugin's)
+            the ``dora`` load balancer asks before every new request starts (``load_balancer:
+            dora``): ``none`` (default) starts at once; ``version_window`` holds new requests on
+            a version with fewer than ``admission_window`` later batches left in its window;
+            ``length_aware`` starts a prompt only where its length history says it can finish.
+        admission_window: later batches (after the one being filled) a version must have left
+            in its staleness window for a new request to start on it, in ``[1, staleness]``.
+        length_momentum: weight of a finished response in its prompt's expected length
+            (``length_aware``'s history, an EMA).
     """
 
     staleness: int = 1
@@ -123,6 +132,9 @@ class DoraSettings:
     replay_capacity: int = DoraConfig.replay_capacity
     eviction: str = DoraConfig.eviction
     balancer: str = DoraConfig.balancer
+    admission: str = DoraConfig.admission
+    admission_window: int = DoraConfig.admission_window
+    length_momentum: float = 0.5
 
     def __post_init__(self) -> None:
         if not isinstance(self.staleness, int) or self.staleness < 0:
@@ -169,6 +181,13 @@ class DoraSettings:
                 raise ValueError(f"node_resources.{pool} must name a custom Ray resource, got {resource!r}")
         if self.dispatch not in DISPATCH_MODES:
             raise ValueError(f"dispatch must be one of {list(DISPATCH_MODES)}, got {self.dispatch!r}")
+        momentum = self.length_momentum
+        if isinstance(momentum, bool) or not isinstance(momentum, int | float) or not 0.0 < momentum <= 1.0:
+            raise ValueError(f"length_momentum must be a number in (0, 1], got {momentum!r}")
+        if self.admission != "none" and self.load_balancer != "dora":
+            raise ValueError(
+                f"admission {self.admission!r} needs load_balancer: dora (the dora load balancer admits requests)"
+            )
         if self.domain_oversampling and not self.domain_ratios:
             first = sorted(map(str, self.domain_oversampling))[0]
             raise ValueError(f"domain_oversampling.{first}: needs domain_ratios naming the domain (none are set)")
@@ -186,6 +205,9 @@ class DoraSettings:
                 "rebalance_threshold": self.rebalance_threshold,
                 "load_ratio_capacity": self.load_ratio_capacity,
                 "balancer": self.balancer,
+                "staleness": self.staleness,
+                "admission": self.admission,
+                "admission_window": self.admission_window,
             },
             path=SETTINGS_PATH,
         )
@@ -218,6 +240,8 @@ class DoraSettings:
                 "replay_capacity": self.replay_capacity,
                 "eviction": self.eviction,
                 "balancer": self.balancer,
+                "admission": self.admission,
+                "admission_window": self.admission_window,
             },
             path=SETTINGS_PATH,
         )

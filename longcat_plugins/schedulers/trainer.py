@@ -36,8 +36,16 @@ is DORA's core rule; this trainer changes exactly that:
   :class:`~longcat_plugins.schedulers.elastic.ElasticColocationPolicy` (reclaim at the training
   condition, lend when the saved idle time beats the switch cost).
 
+* **Admission control.** With ``admission`` set (``version_window``, ``length_aware`` or a
+  plugin's ``DoraAdmission``) the load balancer holds new requests back on a version with too
+  little of its window left (:mod:`~longcat_plugins.schedulers.core.admission`); the trainer tells
+  it when a batch is taken (the newest version is about to be superseded) and when a version is
+  published.
+
 It logs ``dora/*`` metrics (staleness, versions per batch, prompts still generating when the
-batch was taken, the trainer's wait, request load ratio and busy ratio of the replicas) and,
+batch was taken, the trainer's wait, request load ratio and busy ratio of the replicas, the
+trained length distribution ``dora/trained_len_*`` and the length censoring
+``dora/censored_share`` / ``dora/censored_len_mean``) and,
 with ``LONGCAT_DORA_TRACE`` or ``trace_path`` set, one JSON line per step.
 """
 
@@ -85,6 +93,7 @@ from longcat_plugins.schedulers.client import DoraLLMServerClient
 from longcat_plugins.schedulers.core.replicas import MIN_REPLICAS
 from longcat_plugins.schedulers.dispatch import ANY_DOMAIN, DispatchPlanner, dispatch_window
 from longcat_plugins.schedulers.elastic import ElasticColocationPolicy
+from longcat_plugins.schedulers.lengths import batch_response_lengths, trained_length_metrics
 from longcat_plugins.schedulers.load_balancer import create_dora_load_balancer
 from longcat_plugins.schedulers.sampler import DoraReplayBuffer, _lookup
 from longcat_plugins.schedulers.settings import SETTINGS_PATH, DoraSettings, dora_settings
@@ -677,6 +686,8 @@ class DoraTrainer(PPOTrainerSeparateAsync):
                 ray.get([h.set_staleness.remote(self.dora.staleness) for h in manager.server_handles])
         if self.dora.single_version_replicas:
             self._install_single_version()
+        if self.dora.load_balancer == "dora" and isinstance(self.replay_buffer, DoraReplayBuffer):
+            self.replay_buffer.on_taken = self._begin_training  # before the batch's refills are submitted
         if self.dora.dispatch == "dora" and isinstance(self.replay_buffer, DoraReplayBuffer):
             self.replay_buffer.on_poll = self._dispatch
             self.replay_buffer.on_sampled = self._on_sampled
@@ -711,7 +722,11 @@ class DoraTrainer(PPOTrainerSeparateAsync):
         servers = dict(zip(manager.server_addresses, manager.server_handles, strict=True))
         previous = manager.global_load_balancer
         manager.global_load_balancer = create_dora_load_balancer(
-            servers, self.dora.balancer_config(), stop_requests=self._stop_requests(), staleness=self.dora.staleness
+            servers,
+            self.dora.balancer_config(),
+            stop_requests=self._stop_requests(),
+            staleness=self.dora.staleness,
+            length_momentum=self.dora.length_momentum,
         )
         ray.kill(previous)
         self.add_replicas_to_balancer()  # no-op without hybrid replicas; verl added them to the old one
@@ -746,6 +761,26 @@ class DoraTrainer(PPOTrainerSeparateAsync):
         super().on_sample_end()
         info = dict(getattr(self.replay_buffer, "last_sample", {}) or {})
         self._step_record = {"step": self.global_steps, "sampled_at": info.pop("time", time.time()), **info}
+        if self.dora.load_balancer == "dora" and getattr(self.replay_buffer, "on_taken", None) is None:
+            self._begin_training(self.global_steps)  # a custom sampler: told here, after its refills
+
+    def _begin_training(self, step: int) -> None:
+        """The batch of ``step`` is taken and the weights update: the load balancer's admission
+        control sees the newest version's window shrink (the version is about to be superseded).
+        With ``parameter_sync_step > 1`` only at the step's last mini-batch: the earlier ones
+        still need fresh samples, which a hold until the next version would never let finish."""
+        if int(getattr(self, "local_trigger_step", 0)) < int(self.parameter_sync_step) - 1:
+            return
+        ray.get(self.standalone_server_manager.global_load_balancer.begin_training.remote(step))
+
+    def step(self, metrics: dict, timing_raw: dict) -> Any:
+        """verl's step, then the trained length distribution (``dora/trained_len_*``) of its batch
+        (read before verl clears the batch from TransferQueue; also in the trace record)."""
+        batch = super().step(metrics, timing_raw)
+        lengths = batch_response_lengths(batch, verl_replay_buffer.tq.kv_batch_get)
+        metrics.update(trained_length_metrics(lengths))
+        self._step_record["trained_lengths"] = lengths
+        return batch
 
     def on_step_end(self) -> None:
         if self.prev_step_profile:

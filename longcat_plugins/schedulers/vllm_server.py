@@ -109,13 +109,15 @@ class DoraVLLMServer(vLLMHttpServer):
         from longcat_plugins.schedulers.core.queue import is_fresh
 
         if is_fresh(latest, int(self.global_steps or 0), staleness):
-            return {"stopped": []}
-        stopped = []
+            return {"stopped": [], "tokens": []}
+        stopped, tokens = [], []
         for request_id in list(self._running()):
-            if (await self.stop_request(request_id, reason))["stopped"]:
+            result = await self.stop_request(request_id, reason)
+            if result["stopped"]:
                 stopped.append(request_id)
+                tokens.append(int(result.get("tokens", 0)))
         self.dora_stats["stale_stopped"] += len(stopped)
-        return {"stopped": stopped}
+        return {"stopped": stopped, "tokens": tokens}
 
     async def get_dora_stats(self) -> dict[str, int]:
         return dict(self.dora_stats)

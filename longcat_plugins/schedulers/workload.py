@@ -12,6 +12,7 @@ budget and the rest ``short_tokens`` (``extra_info.max_tokens``), and
 
 from __future__ import annotations
 
+import json
 import os
 import tempfile
 from pathlib import Path
@@ -63,6 +64,12 @@ except ImportError:  # pragma: no cover - without verl only the dataset helper e
     SingleTurnAgentLoop = object  # type: ignore[assignment,misc]
 
 
+#: if set, every finished sample appends one JSON line (its response tokens and budget) here: the
+#: generated length distribution, which is the trained one for verl's sync trainer (it trains every
+#: sample it generates), so a bench can compare it with DORA's ``dora/trained_len_*``
+ENV_TRACE = "LONGCAT_WORKLOAD_TRACE"
+
+
 class SkewedLengthAgentLoop(SingleTurnAgentLoop):  # type: ignore[misc,valid-type]
     """verl's single-turn agent loop with the row's ``extra_info.max_tokens`` as response budget."""
 
@@ -70,4 +77,9 @@ class SkewedLengthAgentLoop(SingleTurnAgentLoop):  # type: ignore[misc,valid-typ
         budget = (kwargs.get("extra_info") or {}).get("max_tokens")
         if budget is not None:
             sampling_params = {**sampling_params, "max_tokens": int(budget)}
-        return await super().run(sampling_params, priority=priority, **kwargs)
+        output = await super().run(sampling_params, priority=priority, **kwargs)
+        trace = os.environ.get(ENV_TRACE)
+        if trace:
+            with open(trace, "a") as sink:
+                sink.write(json.dumps({"len": len(output.response_ids), "budget": budget}) + "\n")
+        return output

@@ -1,14 +1,16 @@
-"""An outside plugin with DORA policies, written from docs/schedulers.md: an eviction policy and a
-load-balancer strategy, selected in ``longcat.settings.scheduler.dora``. Each appends one JSON
-line per decision to ``$OUTSIDE_DORA_MARKER`` (if set), so a test can see it ran where verl's
-``dora`` trainer runs (the sampler in the trainer process, the balancer in its Ray actor)."""
+"""An outside plugin with DORA policies, written from docs/schedulers.md: an eviction policy, a
+load-balancer strategy and an admission policy, selected in ``longcat.settings.scheduler.dora``.
+Each appends one JSON line per decision to ``$OUTSIDE_DORA_MARKER`` (if set), so a test can see it
+ran where verl's ``dora`` trainer runs (the sampler in the trainer process, the balancer and the
+admission policy in the load balancer's Ray actor)."""
 
 from __future__ import annotations
 
 import json
 import os
 
-from longcat_plugins import DoraBalancer, DoraEvictionPolicy, hookimpl
+from longcat_plugins import DoraAdmission, DoraBalancer, DoraEvictionPolicy, hookimpl
+from longcat_plugins.schedulers.core.admission import AdmissionContext
 from longcat_plugins.schedulers.core.balancer import BalanceContext, greedy
 from longcat_plugins.schedulers.core.types import Migration
 from longcat_plugins.schedulers.core.versions import EvictionContext
@@ -40,10 +42,18 @@ def marked_greedy(ctx: BalanceContext) -> list[Migration]:
     return plan
 
 
+def marked_admission(ctx: AdmissionContext) -> bool:
+    """Hold new requests while the newest version is being superseded, each decision recorded."""
+    admitted = not ctx.training
+    _mark({"kind": "admission", "version": ctx.version, "batches_left": ctx.batches_left, "admitted": admitted})
+    return admitted
+
+
 @hookimpl
 def register_schedulers() -> list:
     return [
         DoraEvictionPolicy("marked_window", marked_window),
         DoraEvictionPolicy("freshest_only", freshest_only),
         DoraBalancer("marked_greedy", marked_greedy),
+        DoraAdmission("marked_admission", marked_admission),
     ]

@@ -56,6 +56,11 @@ class DoraConfig:
     load_ratio_capacity: int = 4
     #: eviction policy name (see :mod:`.versions`)
     eviction: str = "staleness_window"
+    #: admission policy name (see :mod:`.admission`): may a new request start on a version now
+    admission: str = "none"
+    #: later batches a version must have left in its window for a new request to start on it
+    #: (``version_window``; ``length_aware`` for prompts with no history), in ``[1, staleness]``
+    admission_window: int = 1
     #: drop groups whose samples are all correct (D1)
     filter_all_correct: bool = True
     #: drop groups whose samples are all wrong (D1)
@@ -106,6 +111,7 @@ class DoraConfig:
         integer("oversampling_min", 1)
         integer("oversampling_max", 1)
         integer("replay_capacity", 0)
+        integer("admission_window", 1)
         if self.oversampling_max < self.oversampling_min:
             fail("oversampling_max", f"must be >= oversampling_min ({self.oversampling_min})")
         if self.cap_after_rebalance > self.cap_before_rebalance:
@@ -136,6 +142,7 @@ class DoraConfig:
             )
         if self.reuse_ratio > 0 and self.replay_capacity == 0:
             fail("replay_capacity", "must be > 0 when reuse_ratio > 0")
+        from longcat_plugins.schedulers.core.admission import admission_names
         from longcat_plugins.schedulers.core.balancer import balancer_names
         from longcat_plugins.schedulers.core.versions import eviction_policy_names
 
@@ -143,6 +150,14 @@ class DoraConfig:
             fail("balancer", f"must be one of {balancers}")
         if self.eviction not in (policies := eviction_policy_names()):
             fail("eviction", f"must be one of {policies}")
+        if self.admission not in (admissions := admission_names()):
+            fail("admission", f"must be one of {admissions}")
+        if self.admission != "none" and self.admission_window > self.staleness:
+            fail(
+                "admission_window",
+                f"must be <= staleness ({self.staleness}): a version never has more later batches left in its "
+                "window, so every request would be held for ever",
+            )
 
     # -- derived ---------------------------------------------------------------------------------
 

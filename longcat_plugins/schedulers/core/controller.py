@@ -35,6 +35,13 @@ from collections import Counter, deque
 from collections.abc import Mapping, Sequence
 from typing import Any
 
+from longcat_plugins.schedulers.core.admission import (
+    NO_ADMISSION,
+    AdmissionContext,
+    DecodeRate,
+    LengthHistory,
+    admission_policy,
+)
 from longcat_plugins.schedulers.core.balancer import BalanceContext, TwoPhaseCap, balancer
 from longcat_plugins.schedulers.core.config import ConfigError, DoraConfig
 from longcat_plugins.schedulers.core.filtering import PromptSampler, filter_verdict
@@ -107,6 +114,11 @@ class DoraController:
         self._quota_full = False  # cache: no new group fits until outstanding work changes
         #: groups started on the newest version while the trainer updates it (old_version_start_limit)
         self.started_while_training = 0
+        #: admission control (``config.admission``): per-prompt length history and decode rate,
+        #: fed by :meth:`observe_length`; not checkpointed (rebuilt from the next responses)
+        self.lengths = LengthHistory()
+        self.rate = DecodeRate()
+        self._admission_blocked = False  # cache: every prompt tried was refused until the phase changes
 
     # -- introspection ---------------------------------------------------------------------------
 
@@ -255,6 +267,12 @@ class DoraController:
             self._complete(group)
         return True
 
+    def observe_length(self, uid: str, tokens: int, seconds: float = 0.0) -> None:
+        """A response of prompt ``uid`` finished with ``tokens`` response tokens after ``seconds``
+        of generation: the length history and decode rate that ``length_aware`` admission reads."""
+        self.lengths.observe(uid, int(tokens))
+        self.rate.observe(int(tokens), seconds)
+
     def rebalance(self, now: float | None = None) -> list[Migration]:
         """Ask the balancer for a migration plan; apply it to the bookkeeping and return it for
         the caller to execute (move each request and its KV cache). The first non-empty plan of
@@ -324,6 +342,7 @@ class DoraController:
         self.stats.counters["trained_samples"] += len(batch)
         self.stats.counters["replayed_groups"] += len(replayed)
         self.batch_version = c
+        self._admission_blocked = False
         # work that could only be trained at the next version, where it would no longer be fresh
         self._expire(c + 1)
         self._abort([g for g in self.active.values() if not is_fresh(c + 1, g.version, cfg.staleness)], "stale")
@@ -345,6 +364,9 @@ class DoraController:
         self.cap.on_new_step()
         self.batch_version = None
         self.started_while_training = 0
+        self._admission_blocked = False
+        if now is not None:
+            self.rate.step(now)
         self.stats.counters["published_versions"] += 1
         self.stats.counters["evicted_versions"] += len(evicted)
         return evicted
@@ -403,7 +425,9 @@ class DoraController:
         if state.get("format") != STATE_FORMAT:
             raise ValueError(f"DORA state format {state.get('format')!r} is not {STATE_FORMAT}")
         mine = dataclasses.asdict(self.config)
-        diff = sorted(k for k in mine if mine[k] != state["config"].get(k))
+        # a field the state predates (admission, added later) was saved at its default
+        defaults = {f.name: f.default for f in dataclasses.fields(DoraConfig) if f.default is not dataclasses.MISSING}
+        diff = sorted(k for k in mine if mine[k] != state["config"].get(k, defaults.get(k)))
         if diff:
             raise ConfigError(f"DORA state was saved with a different config; fields differ: {diff}")
         if state["prompts"] != len(self._uids):
@@ -451,14 +475,17 @@ class DoraController:
         limit = cfg.old_version_start_limit
         if training and limit is not None and self.started_while_training >= limit * cfg.batch_size:
             return False
-        if self._quota_full:
+        if self._quota_full or self._admission_blocked:
             return False
         outstanding = Counter(g.domain for g in self.active.values()) + self.queue.per_domain()
         domain = self.quotas.choose_domain(outstanding, self.sampler.domains_with_prompts())
         if domain is None:
             self._quota_full = True
             return False
-        index = self.sampler.draw(domain)
+        index = self._admitted_prompt(domain, training)
+        if index is None:
+            self._admission_blocked = True
+            return False
         uid = self._uids[index]
         rate = self.pass_rates.get(uid, self._priors[index])
         k = oversampling_coefficient(rate, cfg.oversampling_min, cfg.oversampling_max)
@@ -472,6 +499,39 @@ class DoraController:
             self.started_while_training += k
         self.stats.counters["started_prompts"] += 1
         return True
+
+    def _admitted_prompt(self, domain: str, training: bool) -> int | None:
+        """A prompt of ``domain`` the admission policy lets start now on the newest version, or
+        None. Up to ``batch_size`` prompts are drawn; those refused go back to be drawn first
+        once the version or the trainer's phase changes (``sampler.requeue``)."""
+        cfg = self.config
+        if cfg.admission == NO_ADMISSION:
+            return self.sampler.draw(domain)
+        policy = admission_policy(cfg.admission)
+        refused: list[int] = []
+        chosen = None
+        rate = self.rate.tokens_per_step()
+        for _ in range(cfg.batch_size):
+            if domain not in self.sampler.domains_with_prompts():
+                break
+            index = self.sampler.draw(domain)
+            ctx = AdmissionContext(
+                version=self.versions.latest,
+                batches_left=cfg.staleness - (1 if training else 0),
+                staleness=cfg.staleness,
+                window=cfg.admission_window,
+                training=training,
+                expected_tokens=self.lengths.get(self._uids[index]),
+                tokens_per_step=rate,
+            )
+            if policy(ctx):
+                chosen = index
+                break
+            refused.append(index)
+            self.stats.counters["admission_refused"] += 1
+        for index in refused:
+            self.sampler.requeue(domain, index)
+        return chosen
 
     def _complete(self, group: Group) -> None:
         cfg = self.config

@@ -1,7 +1,8 @@
-"""The core's named policies (eviction, balancing) come from the plugin host.
+"""The core's named policies (eviction, balancing, admission) come from the plugin host.
 
-Every enabled ``DoraEvictionPolicy`` / ``DoraBalancer`` component, built-in and third-party
-alike, is put into the core's registry dicts (``EVICTION_POLICIES``, ``BALANCERS``) the first
+Every enabled ``DoraEvictionPolicy`` / ``DoraBalancer`` / ``DoraAdmission`` component, built-in and
+third-party alike, is put into the core's registry dicts (``EVICTION_POLICIES``, ``BALANCERS``,
+``ADMISSIONS``) the first
 time its name is looked up, in whatever process looks it up (the ``dora`` trainer's sampler,
 the load balancer's Ray actor, a Python ``DoraController``, the simulator), from that process's
 host: the same components the verl bridge reports (``longcat-plugins doctor``) and brings in

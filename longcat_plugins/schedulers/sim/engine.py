@@ -97,6 +97,9 @@ class SimResult:
     #: response+prompt tokens of trained samples: mean and 99th percentile (length censoring shows here)
     trained_tokens_mean: float = 0.0
     trained_tokens_p99: float = 0.0
+    #: response tokens only of trained samples: mean and 90th percentile (lower rank)
+    trained_response_tokens_mean: float = 0.0
+    trained_response_tokens_p90: float = 0.0
     #: tokens prefilled again (preemption, version switch) over generated tokens
     recomputed_token_fraction: float = 0.0
     #: requests preempted for KV space, per trained sample
@@ -282,6 +285,7 @@ class Simulation:
         staleness: Counter[int] = Counter()
         mixed = 0
         trained_tokens: list[int] = []
+        trained_response: list[int] = []
         self.wasted = 0.0
         self.recomputed = 0.0
         self.preemptions = 0
@@ -320,6 +324,7 @@ class Simulation:
                             staleness[self.version - s.version] += 1
                             mixed += len(set(s.payload["versions"])) > 1
                             trained_tokens.append(int(s.payload["tokens"]))
+                            trained_response.append(int(s.payload["response_tokens"]))
             for move in self.policy.rebalance(self.t):
                 self._move(move.request_id, move.source, move.target)
             self._drop_aborted()
@@ -406,6 +411,7 @@ class Simulation:
                     reward = self.workload.reward(f.request.uid, self.rng)
                     payload = {
                         "tokens": f.trajectory.tokens + f.trajectory.prompt_tokens,
+                        "response_tokens": f.trajectory.tokens,
                         "versions": tuple(f.versions),
                     }
                     self.policy.on_finished(f.request, reward, payload, self.t)
@@ -472,6 +478,10 @@ class Simulation:
             trained_tokens_mean=sum(trained_tokens) / len(trained_tokens) if trained_tokens else 0.0,
             trained_tokens_p99=float(sorted(trained_tokens)[int(0.99 * (len(trained_tokens) - 1))])
             if trained_tokens
+            else 0.0,
+            trained_response_tokens_mean=sum(trained_response) / len(trained_response) if trained_response else 0.0,
+            trained_response_tokens_p90=float(sorted(trained_response)[int(0.9 * (len(trained_response) - 1))])
+            if trained_response
             else 0.0,
         )
 

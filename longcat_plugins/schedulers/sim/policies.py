@@ -62,7 +62,8 @@ class DoraPolicy:
         return self.controller.next_request(instance, now)
 
     def on_finished(self, request: Request, reward: float, payload: dict[str, Any], now: float) -> None:
-        self.controller.on_sample_finished(request.to_sample(reward, payload, finished_at=now), now)
+        if self.controller.on_sample_finished(request.to_sample(reward, payload, finished_at=now), now):
+            self.controller.observe_length(request.uid, int(payload["response_tokens"]), now - request.issued_at)
 
     def ready_batch(self, version: int, now: float) -> list[Sample] | None:
         return self.controller.ready_batch(version, now=now)
