@@ -112,7 +112,9 @@ def version_window(ctx: AdmissionContext) -> bool:
 
 
 def length_aware(ctx: AdmissionContext) -> bool:
-    """Start a prompt at once if its history says it finishes in the window left, else wait for a
+    """Start a prompt only on a version with enough window left to finish it (its length history).
+
+    It starts at once if its history says it finishes in the window left, else waits for a
     version with more window; a prompt with no history (or no rate yet) waits as ``version_window``."""
     if ctx.expected_tokens is None or not ctx.tokens_per_step:
         return version_window(ctx)
