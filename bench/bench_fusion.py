@@ -41,7 +41,10 @@ import time
 from pathlib import Path
 from typing import Any
 
+from provenance import provenance  # bench/provenance.py: the record every bench writes
+
 REPO = Path(__file__).resolve().parents[1]
+
 WEIGHTS = [0.5, 0.3, 0.2]
 
 
@@ -161,7 +164,7 @@ def disk_bandwidth(files: list[Path]) -> dict[str, Any]:
 # -- runs ---------------------------------------------------------------------------------------
 
 
-def measure(command: list[str]) -> dict[str, Any]:
+def measure(command: list[str], env: dict[str, str] | None = None) -> dict[str, Any]:
     """Run ``command`` under a tiny wrapper that ``wait4``s it: wall time, peak RSS (MiB) of that
     process alone, and its stdout."""
     wrapper = (
@@ -171,7 +174,7 @@ def measure(command: list[str]) -> dict[str, Any]:
         "print(json.dumps({'rc': os.waitstatus_to_exitcode(status), 'wall_s': time.perf_counter() - t,"
         " 'peak_rss_mib': ru.ru_maxrss / 1024}), file=sys.stderr)\n"
     )
-    proc = subprocess.run([sys.executable, "-c", wrapper, *command], capture_output=True, text=True)
+    proc = subprocess.run([sys.executable, "-c", wrapper, *command], capture_output=True, text=True, env=env)
     lines = proc.stderr.strip().splitlines()
     stats = json.loads(lines[-1]) if lines and lines[-1].startswith("{") else {"rc": proc.returncode}
     if proc.returncode != 0 or stats["rc"] != 0:
@@ -311,9 +314,13 @@ CASES: dict[str, tuple[str, dict[str, Any], str | None, dict[str, Any], list[flo
     "longcat": ("longcat", {}, None, {}, WEIGHTS),
 }
 MERGEKIT_GLOBAL = {"sce": {"select_topk": 0.5}}
+#: (tool, dtype) of the runs, as summarised and plotted; ``ours_reference`` is ``--reference-src``'s code
+SERIES = [("ours", "float32"), ("ours_reference", "float32"), ("mergekit", "float32"), ("mergekit", "default")]
 
 
-def run_ours(inputs: dict[str, Any], out: Path, label: str) -> dict[str, Any]:
+def run_ours(inputs: dict[str, Any], out: Path, label: str, reference: Path | None = None) -> dict[str, Any]:
+    """Our engine in a fresh process from a cold page cache; with ``reference``, the package
+    found there (an earlier commit's ``longcat_plugins``, put first on PYTHONPATH) instead."""
     method, params, _, _, weights = CASES[label]
     shutil.rmtree(out, ignore_errors=True)
     resident = evict(input_files(inputs))
@@ -324,9 +331,13 @@ def run_ours(inputs: dict[str, Any], out: Path, label: str) -> dict[str, Any]:
         "method": method,
         "params": params,
     }
-    result = measure([sys.executable, "-c", OURS_RUNNER, json.dumps(spec)])
+    env = None
+    if reference is not None:
+        env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(reference), os.environ.get("PYTHONPATH", "")])}
+    result = measure([sys.executable, "-c", OURS_RUNNER, json.dumps(spec)], env=env)
     inner = json.loads(result.pop("stdout").strip().splitlines()[-1])
-    return {"tool": "ours", "method": label, "dtype": "float32", "params": params, "resident_before_bytes": resident,
+    tool = "ours" if reference is None else "ours_reference"
+    return {"tool": tool, "method": label, "dtype": "float32", "params": params, "resident_before_bytes": resident,
             "wall_s": result["wall_s"], "max_rss_mb": result["peak_rss_mib"], **inner}  # fmt: skip
 
 
@@ -468,7 +479,7 @@ def plot(results: dict[str, Any], path: Path) -> None:
     import matplotlib.pyplot as plt
 
     labels = [m for m in CASES if any(r["method"] == m for r in results["runs"])]
-    series = [("ours", "float32"), ("mergekit", "float32"), ("mergekit", "default")]
+    series = [s for s in SERIES if any((r["tool"], r["dtype"]) == s for r in results["runs"])]
     fig, axes = plt.subplots(1, 2, figsize=(12, 4.5))
     for ax, key, unit in ((axes[0], "wall_s", "wall time (s)"), (axes[1], "max_rss_mb", "peak RSS (MiB)")):
         for k, (tool, dtype) in enumerate(series):
@@ -479,7 +490,9 @@ def plot(results: dict[str, Any], path: Path) -> None:
                 )
                 for m in labels
             ]
-            ax.bar([i + (k - 1) * 0.27 for i in range(len(labels))], values, 0.27, label=f"{tool} ({dtype})")
+            width = 0.8 / len(series)
+            ax.bar([i + (k - (len(series) - 1) / 2) * width for i in range(len(labels))], values, width,
+                   label=f"{tool} ({dtype})")  # fmt: skip
         if key == "wall_s":
             ax.axhline(results["read_floor_s"], color="k", ls="--", lw=1, label="read floor (O_DIRECT)")
         ax.set_xticks(range(len(labels)), labels, rotation=20)
@@ -493,14 +506,18 @@ def plot(results: dict[str, Any], path: Path) -> None:
 def summarise(results: dict[str, Any]) -> dict[str, Any]:
     table: dict[str, Any] = {}
     for m in CASES:
-        for tool, dtype in (("ours", "float32"), ("mergekit", "float32"), ("mergekit", "default")):
+        for tool, dtype in SERIES:
             runs = [r for r in results["runs"] if (r["tool"], r["dtype"], r["method"]) == (tool, dtype, m)]
             if runs:
-                wall = statistics.median(r["wall_s"] for r in runs)
+                walls = [r["wall_s"] for r in runs]
+                wall = statistics.median(walls)
                 table.setdefault(m, {})[f"{tool}_{dtype}"] = {
                     "median_wall_s": wall,
+                    "min_wall_s": min(walls),
+                    "max_wall_s": max(walls),
                     "max_rss_mb": max(r["max_rss_mb"] for r in runs),
                     "fraction_of_read_floor": results["read_floor_s"] / wall,
+                    "times_read_floor": wall / results["read_floor_s"],
                     "runs": len(runs),
                 }
     return table
@@ -538,6 +555,10 @@ def write_profile(args: argparse.Namespace, inputs: dict[str, Any], files: list[
     print(f"wrote {args.profile_out} [{args.profile_tag}]")
 
 
+def _utc_now() -> str:
+    return time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())
+
+
 # -- main ---------------------------------------------------------------------------------------
 
 
@@ -564,6 +585,14 @@ def main() -> None:
         action="store_true",
         help="instead of the comparison: profile --methods (start-up, engine wall, cProfile) into --profile-out",
     )
+    parser.add_argument(
+        "--reference-src",
+        type=Path,
+        help="a directory holding an earlier commit's longcat_plugins (git archive COMMIT longcat_plugins | tar -x -C "
+        "DIR): its engine runs too, as tool ours_reference, alternately with ours, and the outputs are compared bit "
+        "for bit",
+    )
+    parser.add_argument("--reference-commit", default=None, help="the commit --reference-src was exported from")
     parser.add_argument("--profile-out", type=Path, default=REPO / "bench" / "results" / "fusion_profile.json")
     parser.add_argument("--profile-tag", default="current", help="key of this profile in --profile-out (e.g. before)")
     args = parser.parse_args()
@@ -592,7 +621,9 @@ def main() -> None:
         ]
         for method in methods:
             if ("ours", "float32") in rerun or ("mergekit", "float32") in rerun:  # its outputs are made anew
-                previous.get("agreement", {}).pop(method, None)
+                earlier = previous.get("agreement", {}).pop(method, None)
+                if earlier is not None:  # kept, labelled: still ours' agreement where reference_agreement is 1.0
+                    previous.setdefault("agreement_from_earlier_runs", {})[method] = earlier
             previous.get("summary", {}).pop(method, None)
     results: dict[str, Any] = previous or {
         "machine": {"cpus": os.cpu_count(), "python": platform.python_version(), "platform": platform.platform()},
@@ -642,10 +673,12 @@ def main() -> None:
     for rep in range(args.repeat):
         for label in methods:
             if "ours" in tools:
-                r = run_ours(inputs, out / f"ours-{label}", label)
-                results["runs"].append({**r, "repetition": rep})
-                save()
-                print(f"ours {label}: {r['wall_s']:.1f} s, {r['max_rss_mb']:.0f} MiB", flush=True)
+                for reference in [None, args.reference_src] if args.reference_src else [None]:
+                    name = "ours" if reference is None else "ours_reference"
+                    r = run_ours(inputs, out / f"{name}-{label}", label, reference)
+                    results["runs"].append({**r, "repetition": rep, "date_utc": _utc_now()})
+                    save()
+                    print(f"{name} {label}: {r['wall_s']:.1f} s, {r['max_rss_mb']:.0f} MiB", flush=True)
             if mk_path is None or CASES[label][2] is None or "mergekit" not in tools:
                 continue
             for dtype in dtypes:
@@ -657,9 +690,16 @@ def main() -> None:
                     )
                     save()
                     continue
-                results["runs"].append({**r, "repetition": rep})
+                results["runs"].append({**r, "repetition": rep, "date_utc": _utc_now()})
                 save()
                 print(f"mergekit {label} ({dtype}): {r['wall_s']:.1f} s, {r['max_rss_mb']:.0f} MiB", flush=True)
+    if args.reference_src:  # the same inputs, seed and settings: every output bit should be the same
+        for label in methods:
+            if (out / f"ours-{label}").exists() and (out / f"ours_reference-{label}").exists():
+                results.setdefault("reference_agreement", {})[label] = elementwise_agreement(
+                    out / f"ours-{label}", out / f"ours_reference-{label}"
+                )
+                print(label, "vs reference:", json.dumps(results["reference_agreement"][label]), flush=True)
     if mk_path is not None:  # the methods run here whose two outputs are on disk (DARE needs task arithmetic's too)
         for label in methods:
             made_anew = ("ours", "float32") in rerun or ("mergekit", "float32") in rerun
@@ -669,6 +709,9 @@ def main() -> None:
                 results["agreement"][label] = agreement(inputs, out, label)
                 print(label, json.dumps(results["agreement"][label]), flush=True)
     results["total_s"] = results.get("total_s", 0.0) + time.perf_counter() - t0
+    results["provenance"] = provenance(seeds=[0, 1, 2, 3])  # fuse seed 0; the inputs' seeds 0 (base), 1-3 (experts)
+    if args.reference_src:
+        results["provenance"]["reference"] = {"src": str(args.reference_src), "commit": args.reference_commit}
     save()
     plot(results, args.out.with_suffix(".png"))
     print(f"wrote {args.out} and {args.out.with_suffix('.png')}")

@@ -509,3 +509,82 @@ def test_float_mask_fast_paths_equal_the_bool_rule_bit_for_bit(nonfinite: bool) 
                 want.div_(divisor.masked_fill_(divisor == 0, 1.0))
             got, got_erased = _disjoint_merge(contribs, weights, majority, normalize)
             assert bits(got) == bits(want) and got_erased == erased, (seed, weights, majority, normalize)
+
+
+def _bf16_deltas(seed: int, n: int, experts: int) -> list[torch.Tensor]:
+    """Task vectors as the fusion engine sees them: differences of bf16 weights (few distinct
+    magnitudes, so large blocks of exact ties), scaled by a weight."""
+    g = torch.Generator().manual_seed(seed)
+    base = (0.02 * torch.randn(n, generator=g)).to(torch.bfloat16).float()
+    out = []
+    for _ in range(experts):
+        expert = (base + 0.01 * torch.randn(n, generator=g)).to(torch.bfloat16).float()
+        out.append((expert - base) * float(torch.rand(1, generator=g) * 2 - 0.5))
+    return out
+
+
+def _with_edge_values(values: list[torch.Tensor], case: int) -> list[torch.Tensor]:
+    """Signed zeros, NaN, ±inf and huge magnitudes in some cases (the fast paths' fall-backs)."""
+    if case % 4 == 1:
+        values[0][::7], values[-1][::5] = -0.0, 0.0
+    if case % 4 == 2:
+        values[0][3], values[1][9], values[-1][11] = float("inf"), float("nan"), float("-inf")
+    if case % 4 == 3:
+        values = [v * 1e30 for v in values]
+    return values
+
+
+def _bits(t: torch.Tensor) -> torch.Tensor:
+    return t.reshape(-1).view(torch.int32)
+
+
+@pytest.mark.parametrize("case", range(8))
+def test_kth_smallest_is_kthvalue_bit_for_bit(case: int) -> None:
+    """The radix selection that replaced ``kthvalue`` in ties' trim and the rank band returns the
+    very element ``kthvalue`` returns, at every rank tried, on magnitudes of bf16 deltas (heavy
+    ties), on sce's variances, and on inputs with −0.0, NaN and inf (where it falls back)."""
+    from longcat_plugins.fusion.methods import _kth_smallest, _population_var
+
+    g = torch.Generator().manual_seed(case)
+    n = (
+        int(torch.randint(1 << 15, 200_000, (1,), generator=g))
+        if case < 4
+        else int(torch.randint(1, 200, (1,), generator=g))
+    )
+    deltas = _with_edge_values(_bf16_deltas(case, n, 3), case)
+    for values in (deltas[0].abs(), deltas[1], _population_var(deltas), torch.zeros(n)):
+        ranks = [1, n, *(int(r) for r in torch.randint(1, n + 1, (20,), generator=g))]
+        got = _kth_smallest(values, ranks)
+        for rank, value in zip(ranks, got, strict=True):
+            want = values.kthvalue(rank).values
+            assert torch.equal(_bits(value), _bits(want)), (case, rank, float(value), float(want))
+
+
+@pytest.mark.parametrize("experts", [2, 3, 5])
+def test_population_var_is_torch_var_bit_for_bit(experts: int, monkeypatch: pytest.MonkeyPatch) -> None:
+    """sce's variance across experts, written as float64 Welford updates over slices, equals
+    ``torch.var(stack, dim=0, unbiased=False)`` (what it replaced) bit for bit, with slices that
+    cut the tensor unevenly, on bf16 deltas and with signed zeros, NaN, inf and huge values."""
+    import longcat_plugins.fusion.methods as methods
+
+    monkeypatch.setattr(methods, "_VAR_CHUNK", 4099)
+    for case in range(8):
+        contribs = _with_edge_values(_bf16_deltas(case, 50_000 + case, experts), case)
+        want = torch.var(torch.stack(contribs), dim=0, unbiased=False)
+        assert torch.equal(_bits(methods._population_var(contribs)), _bits(want)), (experts, case)
+
+
+def test_rank_band_on_bf16_magnitudes_is_the_sorted_ranking() -> None:
+    """The band of breadcrumbs' settings (and sce's top band) on 100k bf16-delta magnitudes,
+    where tie blocks of thousands of elements straddle the edges, equals the stable-sort
+    definition; the int32 permutation it draws is the int64 one of the definition."""
+    from longcat_plugins.fusion.methods import _rank_band, _ranked_ascending
+
+    for case, (density, gamma) in enumerate([(0.9, 0.01), (0.5, 0.0), (0.3, 0.2), (1.0, 0.0)]):
+        values = _bf16_deltas(case, 100_003, 1)[0].abs()
+        n = values.numel()
+        k, t = int(density * n), int(gamma * n)
+        low = max(0, n - k - t)
+        want = torch.zeros(n, dtype=torch.bool)
+        want[_ranked_ascending(values, torch.Generator().manual_seed(case))[low : low + k]] = True
+        assert torch.equal(_rank_band(values, torch.Generator().manual_seed(case), low, low + k), want), case
