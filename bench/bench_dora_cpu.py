@@ -38,7 +38,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-from longcat_plugins.runtime.assets import ensure_assets
+from longcat_plugins.learning.assets import ensure_assets
 from longcat_plugins.runtime.launch import configs_dir, run_training
 from longcat_plugins.schedulers.workload import AGENT_NAME, write_skewed_dataset
 

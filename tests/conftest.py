@@ -19,7 +19,7 @@ from pathlib import Path
 
 import pytest
 
-from longcat_plugins.runtime.assets import Assets, ensure_assets
+from longcat_plugins.learning.assets import Assets, ensure_assets
 from longcat_plugins.runtime.launch import RunResult, resolve_config, run_training
 
 #: shared fakes and fixtures: the agent-loop tests' environment and tokenizer (``env``,
@@ -297,8 +297,8 @@ TEST_SFT_STEPS = 3
 def tiny_warm_start(tmp_path_factory: pytest.TempPathFactory) -> Assets:
     """A warm start built once per session with a few real verl SFT steps (tests that need the
     accuracy band build the default one: see test_warmstart.py's slow test)."""
-    from longcat_plugins.runtime.sft import SFTConfig
-    from longcat_plugins.runtime.warmstart import ensure_warm_start
+    from longcat_plugins.learning.arithmetic_warmstart import ensure_warm_start
+    from longcat_plugins.learning.sft import SFTConfig
 
     sft = SFTConfig(epochs=1, total_steps=TEST_SFT_STEPS, batch_size=16)
     return ensure_warm_start(tmp_path_factory.mktemp("warm"), size="tiny", sft=sft)

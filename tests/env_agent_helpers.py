@@ -93,7 +93,7 @@ def make_loop(
 def tiny_tokenizer(root: Path) -> Any:
     from transformers import AutoTokenizer
 
-    from longcat_plugins.runtime.assets import build_tokenizer
+    from longcat_plugins.learning.assets import build_tokenizer
 
     if not (root / "tokenizer.json").exists():
         root.mkdir(parents=True, exist_ok=True)

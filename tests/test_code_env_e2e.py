@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from longcat_plugins.runtime.assets import Assets
+from longcat_plugins.learning.assets import Assets
 from longcat_plugins.runtime.launch import FP32_TRAINING, resolve_config, run_training
 
 

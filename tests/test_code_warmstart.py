@@ -28,8 +28,7 @@ from longcat_plugins.environments.code_env.episode import CodeEnvSettings
 from longcat_plugins.environments.code_env.golden import golden_calls, sft_rows
 from longcat_plugins.environments.code_env.tasks import load_task, write_tasks
 from longcat_plugins.environments.golden import GoldenChainError, hermes_call, write_sft_parquet
-from longcat_plugins.rewards.plain import plain
-from longcat_plugins.runtime.code_warmstart import (
+from longcat_plugins.learning.code_warmstart import (
     HELD_OUT_METRIC,
     RENDER,
     CodeWarmStart,
@@ -41,6 +40,7 @@ from longcat_plugins.runtime.code_warmstart import (
     held_out,
     warm_overrides,
 )
+from longcat_plugins.rewards.plain import plain
 
 REPO = Path(__file__).resolve().parents[1]
 PLAN = CodeWarmStartPlan()
@@ -201,8 +201,8 @@ def test_the_probe_scores_a_golden_and_an_idle_episode(
     """The held-out probe plays the loop's turns against a real episode: the golden turns solve the
     task (every flag set, score 1); a model that only answers scores what the untouched repository earns."""
     from longcat_plugins.environments.code_env.pool import WorkspacePool
+    from longcat_plugins.learning.code_probe import play
     from longcat_plugins.rewards.sandbox import Sandbox
-    from longcat_plugins.runtime.code_probe import play
 
     _, rows, tok = golden
     settings = CodeEnvSettings(work_root=work_root)

@@ -12,8 +12,8 @@ from pathlib import Path
 import pytest
 
 from longcat_plugins.environments.heavy_thinking import NO_ANSWER, answer_of, truncate_answer
+from longcat_plugins.learning.assets import Assets
 from longcat_plugins.rewards.arithmetic import compute_score as arithmetic
-from longcat_plugins.runtime.assets import Assets
 from longcat_plugins.runtime.launch import resolve_config, run_training
 
 K = 2

@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from longcat_plugins.runtime.assets import ensure_assets
+from longcat_plugins.learning.assets import ensure_assets
 from longcat_plugins.runtime.launch import resolve_config, run_training
 
 pytestmark = [pytest.mark.slow, pytest.mark.ray]

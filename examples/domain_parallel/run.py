@@ -29,7 +29,7 @@ from typing import Any
 
 import yaml
 
-from longcat_plugins.runtime.assets import build_dataset, ensure_assets
+from longcat_plugins.learning.assets import build_dataset, ensure_assets
 from longcat_plugins.runtime.launch import RunResult, resolve_config, run_training
 
 REPO = Path(__file__).resolve().parents[2]

@@ -29,9 +29,9 @@ from typing import Any
 
 from longcat_plugins.environments.generate import GenConfig
 from longcat_plugins.environments.golden import RenderSettings, sft_rows, task_infos, write_sft_parquet
-from longcat_plugins.runtime.assets import SIZES, build_model, build_tokenizer, building, default_cache_dir
+from longcat_plugins.learning.assets import SIZES, build_model, build_tokenizer, building, default_cache_dir
+from longcat_plugins.learning.sft import SFTConfig
 from longcat_plugins.runtime.launch import FP32_TRAINING
-from longcat_plugins.runtime.sft import SFTConfig
 
 DOMAIN = "retail"
 #: chat template of the tool-agent tokenizer: no newline after an assistant turn, because the
@@ -98,7 +98,7 @@ class WarmStartPlan:
     #: id (``SHP-0003``) is one token of the tokenizer (:func:`value_tokens`): copying it is one
     #: content-based attention lookup rather than a ~6-token induction chain
     value_pool: int = 0
-    #: tied input and output embeddings (:func:`~longcat_plugins.runtime.assets.build_model`): the
+    #: tied input and output embeddings (:func:`~longcat_plugins.learning.assets.build_model`): the
     #: copy of a one-token value is then one circuit for all values rather than one learned per value
     #: token, most of which a few thousand trajectories show only a handful of times
     tie_embeddings: bool = False
@@ -390,7 +390,7 @@ def ensure_tool_warm_start(cache_dir: Path | None = None, plan: WarmStartPlan | 
     with building(root) as tmp:
         rows = prepare_data(tmp, plan)
         _fix_env_paths(tmp, root.resolve())
-        from longcat_plugins.runtime.sft import run_sft
+        from longcat_plugins.learning.sft import run_sft
 
         config = plan.sft_config(len(rows))
         run_sft(tmp / "base", tmp / "sft.parquet", tmp / "model", config, overrides=SFT_SCHEDULE)

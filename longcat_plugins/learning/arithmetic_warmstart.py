@@ -22,7 +22,7 @@ from dataclasses import asdict
 from itertools import product
 from pathlib import Path
 
-from longcat_plugins.runtime.assets import (
+from longcat_plugins.learning.assets import (
     CHAIN_MAX,
     SIZES,
     Assets,
@@ -34,7 +34,7 @@ from longcat_plugins.runtime.assets import (
     default_cache_dir,
     write_rl_rows,
 )
-from longcat_plugins.runtime.sft import SFTConfig, run_sft
+from longcat_plugins.learning.sft import SFTConfig, run_sft
 
 TASK = "chain"
 #: the SFT that makes the tiny model's arithmetic mostly right (70% of held-out answers) while

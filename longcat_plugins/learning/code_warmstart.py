@@ -31,9 +31,9 @@ from pathlib import Path
 from typing import Any
 
 from longcat_plugins.environments.golden import RenderSettings
-from longcat_plugins.runtime.assets import SIZES, build_model, build_tokenizer, building, default_cache_dir
-from longcat_plugins.runtime.sft import SFTConfig
-from longcat_plugins.runtime.tool_warmstart import SFT_SCHEDULE, TOOL_CHAT_TEMPLATE, static_lines
+from longcat_plugins.learning.assets import SIZES, build_model, build_tokenizer, building, default_cache_dir
+from longcat_plugins.learning.sft import SFTConfig
+from longcat_plugins.learning.tool_warmstart import SFT_SCHEDULE, TOOL_CHAT_TEMPLATE, static_lines
 
 #: how the trajectories are rendered; ``code_agent_cpu.yaml`` (compact tools) and the code loop's
 #: default ``max_tool_response_chars`` agree
@@ -219,7 +219,7 @@ def ensure_code_warm_start(cache_dir: Path | None = None, plan: CodeWarmStartPla
         with building(data) as tmp:
             prepare_data(tmp, data, plan)
     with building(root) as tmp:
-        from longcat_plugins.runtime.sft import run_sft
+        from longcat_plugins.learning.sft import run_sft
 
         run_sft(built.base, built.sft, tmp / "model", plan.sft_config(), overrides=SFT_SCHEDULE)
         (tmp / "warmstart.json").write_text(json.dumps({**asdict(plan), "data": str(data)}, indent=2))
