@@ -74,7 +74,8 @@ def data_root(cache: Path, plan: Any) -> Path:
 def heldout_rows(root: Path, max_length: int) -> Path:
     """The held-out environments' golden trajectories (rendered as the SFT rows are), cached in ``root``."""
     from longcat_plugins.environments.golden import sft_rows, task_infos, write_sft_parquet
-    from longcat_plugins.learning.tool_warmstart import RENDER, TOOL_CHAT_TEMPLATE, fitting_rows
+    from longcat_plugins.learning.tool_warmstart import RENDER, fitting_rows
+    from longcat_plugins.learning.warmstart import TOOL_CHAT_TEMPLATE
 
     out = root / "heldout-sft.parquet"
     if not out.exists():

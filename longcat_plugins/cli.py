@@ -463,9 +463,10 @@ def demo(
         if success is not None:  # one fixed form, so scripts can read it
             console.print(f"held-out success: {100 * success[0]:.1f}% -> {100 * success[1]:.1f}%")
     if recipe == "code_agent" and init == "warm":
-        from longcat_plugins.learning.code_warmstart import HELD_OUT_SCORE, held_out
+        from longcat_plugins.learning.code_warmstart import HELD_OUT_METRIC, HELD_OUT_SCORE
+        from longcat_plugins.learning.warmstart import held_out
 
-        solved, score = held_out(result.steps), held_out(result.steps, HELD_OUT_SCORE)
+        solved, score = held_out(result.steps, HELD_OUT_METRIC), held_out(result.steps, HELD_OUT_SCORE)
         if solved is not None and score is not None:
             console.print(
                 f"held-out solved: {100 * solved[0]:.1f}% -> {100 * solved[1]:.1f}%; "

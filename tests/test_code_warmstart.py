@@ -37,9 +37,9 @@ from longcat_plugins.learning.code_warmstart import (
     call_pieces,
     code_lines,
     ensure_code_warm_start,
-    held_out,
     warm_overrides,
 )
+from longcat_plugins.learning.warmstart import held_out
 from longcat_plugins.rewards.plain import plain
 
 REPO = Path(__file__).resolve().parents[1]
@@ -229,7 +229,9 @@ def test_a_golden_fix_that_misses_a_hidden_test_is_rejected(tmp_path: Path, work
 
 
 def test_warm_overrides_compose_and_validate_with_the_code_agent_recipe(tmp_path: Path) -> None:
-    warm = CodeWarmStart(*(tmp_path / n for n in ("root", "model", "base", "sft.parquet", "train", "val")))
+    warm = CodeWarmStart(
+        *(tmp_path / n for n in ("root", "model", "train", "val")), base=tmp_path / "base", sft=tmp_path / "sft.parquet"
+    )
     cfg = compose(REPO / "configs" / "code_agent_cpu.yaml", warm_overrides(warm, 6))
     loop = cfg.longcat.settings.environment.longcat_code_agent
     assert loop.max_turns >= 3 + 1 and loop.tools_style == RENDER.tools_style  # read, edit, submit fit
@@ -242,8 +244,10 @@ def test_warm_overrides_compose_and_validate_with_the_code_agent_recipe(tmp_path
 def test_plan_keys_and_held_out_and_bad_size(tmp_path: Path) -> None:
     assert PLAN.key() == CodeWarmStartPlan().key() and PLAN.key() != CodeWarmStartPlan(seed=1).key()
     assert PLAN.data_key() == CodeWarmStartPlan(sft_epochs=3).data_key() != CodeWarmStartPlan(hidden=6).data_key()
+    # the default plan's cache directories (codewarm-data-tiny-seed0-<data_key>, codewarm-tiny-seed0-<key>)
+    assert (CodeWarmStartPlan().key(), CodeWarmStartPlan().data_key()) == ("c62c5a0c53", "ca1cd4c0f5")
     steps = [{"step": 0, HELD_OUT_METRIC: 0.25}, {"step": 1}, {"step": 3, HELD_OUT_METRIC: 0.5}]
-    assert held_out(steps) == (0.25, 0.5) and held_out(steps[:2]) is None
+    assert held_out(steps, HELD_OUT_METRIC) == (0.25, 0.5) and held_out(steps[:2], HELD_OUT_METRIC) is None
     with pytest.raises(ValueError, match="unknown model size 'huge'"):
         ensure_code_warm_start(tmp_path, CodeWarmStartPlan(size="huge"))
     assert not list(tmp_path.iterdir())

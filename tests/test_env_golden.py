@@ -29,7 +29,8 @@ from longcat_plugins.environments.golden import (
     task_infos,
     write_sft_parquet,
 )
-from longcat_plugins.learning.tool_warmstart import RENDER, SHORT_CHAINS, TOOL_CHAT_TEMPLATE, build_tool_tokenizer
+from longcat_plugins.learning.tool_warmstart import RENDER, SHORT_CHAINS, build_tool_tokenizer
+from longcat_plugins.learning.warmstart import TOOL_CHAT_TEMPLATE
 
 
 class _TemplateOnly:

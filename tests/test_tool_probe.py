@@ -12,7 +12,8 @@ import pytest
 from longcat_plugins.environments.envgen import generate_environments
 from longcat_plugins.environments.golden import hermes_call, sft_rows, task_infos
 from longcat_plugins.learning.tool_probe import SHARES, play
-from longcat_plugins.learning.tool_warmstart import RENDER, SHORT_CHAINS, TOOL_CHAT_TEMPLATE, build_tool_tokenizer
+from longcat_plugins.learning.tool_warmstart import RENDER, SHORT_CHAINS, build_tool_tokenizer
+from longcat_plugins.learning.warmstart import TOOL_CHAT_TEMPLATE
 
 
 class _TemplateOnly:

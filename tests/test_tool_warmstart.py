@@ -16,15 +16,17 @@ from longcat_plugins.learning.tool_warmstart import (
     WarmStartPlan,
     ensure_tool_warm_start,
     held_out_success,
-    static_lines,
     warm_overrides,
 )
+from longcat_plugins.learning.warmstart import static_lines
 
 REPO = Path(__file__).resolve().parents[1]
 
 
 def test_warm_overrides_compose_and_validate_with_the_tool_agent_recipe(tmp_path: Path) -> None:
-    warm = ToolWarmStart(*(tmp_path / n for n in ("root", "model", "base", "sft.parquet", "train", "val")))
+    warm = ToolWarmStart(
+        *(tmp_path / n for n in ("root", "model", "train", "val")), base=tmp_path / "base", sft=tmp_path / "sft.parquet"
+    )
     cfg = compose(REPO / "configs" / "tool_agent_cpu.yaml", warm_overrides(warm, 10))
     loop = cfg.longcat.settings.environment.longcat_tool_agent
     assert (
@@ -48,7 +50,9 @@ def test_the_tool_demo_starts_from_the_measured_plan_at_the_measured_rate(tmp_pa
 
     assert demo_plan("tiny") == DEMO_PLAN and DEMO_PLAN.key() == "878f39544c" and DEMO_PLAN.shortcuts == 1.0
     assert demo_plan("small").size == "small" and demo_plan("small").hidden_size == 0  # the size's own width
-    warm = ToolWarmStart(*(tmp_path / n for n in ("root", "model", "base", "sft.parquet", "train", "val")))
+    warm = ToolWarmStart(
+        *(tmp_path / n for n in ("root", "model", "train", "val")), base=tmp_path / "base", sft=tmp_path / "sft.parquet"
+    )
     demo = tool_warm_demo(warm, TOOL_WARM_DEMO_STEPS)
     cfg = compose(REPO / "configs" / "tool_agent_cpu.yaml", demo.overrides)
     assert cfg.actor_rollout_ref.actor.optim.lr == 3e-4 and cfg.trainer.total_training_steps == 20
