@@ -7,6 +7,7 @@ from __future__ import annotations
 import importlib
 import importlib.metadata
 import json
+import math
 import os
 import shutil
 import subprocess
@@ -16,6 +17,7 @@ import textwrap
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -170,6 +172,17 @@ def train_cpu(tiny: Assets, run_dir: Path, ray_tmp: Path, *overrides: str) -> tu
     assert result.returncode == 0, result.log.read_text()[-5000:]
     records = [json.loads(line) for line in trace.read_text().splitlines()] if trace.exists() else []
     return result, [r for r in records if r.get("event") == "update"]
+
+
+def trained_steps(result: RunResult, steps: tuple[int, ...] = (1, 2)) -> dict[int, dict[str, Any]]:
+    """A run's metrics by step, once it is checked: it exited 0 (else the log's tail is the
+    message), it logged every one of ``steps``, and their policy loss is finite."""
+    assert result.returncode == 0, result.log.read_text()[-5000:]
+    by_step = {s["step"]: s for s in result.steps}
+    assert set(steps) <= set(by_step), sorted(by_step)
+    for step in steps:
+        assert math.isfinite(by_step[step]["actor/pg_loss"]), (step, by_step[step]["actor/pg_loss"])
+    return by_step
 
 
 #: the xdist group of the shared run's readers

@@ -33,6 +33,7 @@ from longcat_plugins.environments.golden import RenderSettings
 from longcat_plugins.learning.assets import build_model, building, check_size, default_cache_dir
 from longcat_plugins.learning.sft import SFTConfig
 from longcat_plugins.learning.warmstart import (
+    AgentPlan,
     WarmStart,
     build_trajectory_tokenizer,
     plan_digest,
@@ -52,11 +53,9 @@ CodeWarmStart = WarmStart
 
 
 @dataclass(frozen=True)
-class CodeWarmStartPlan:
-    """What to build: the task knobs, the data sizes and the SFT run."""
+class CodeWarmStartPlan(AgentPlan):
+    """What to build: the task knobs, the data sizes and the SFT run (its epochs here)."""
 
-    size: str = "tiny"
-    seed: int = 0
     train_tasks: int = 192
     val_tasks: int = 32
     #: task knobs: a broken function (partial credit before the fix), no distractors, no sub-packages
@@ -66,16 +65,7 @@ class CodeWarmStartPlan:
     hidden: int = 4
     #: every n-th trajectory searches for the function first (0: never)
     search_every: int = 0
-    vocab_size: int = 1024
     sft_epochs: int = 12
-    sft_lr: float = 5e-3
-    sft_batch_size: int = 8
-    #: verl pads every sample to this length (the longest trajectory is measured in the tests)
-    sft_max_length: int = 256
-
-    def key(self) -> str:
-        """A short digest of every field: a changed plan builds into its own cache directory."""
-        return plan_digest(asdict(self))
 
     def data_key(self) -> str:
         """The digest of the fields the data depends on (not the SFT run's)."""

@@ -32,6 +32,7 @@ from longcat_plugins.learning.assets import build_model, building, check_size, d
 from longcat_plugins.learning.sft import SFTConfig
 from longcat_plugins.learning.warmstart import (
     TOOL_CHAT_TEMPLATE,
+    AgentPlan,
     WarmStart,
     build_trajectory_tokenizer,
     held_out,
@@ -52,25 +53,20 @@ ToolWarmStart = WarmStart
 
 
 @dataclass(frozen=True)
-class WarmStartPlan:
-    """What to build: sizes of the data and of the SFT run."""
+class WarmStartPlan(AgentPlan):
+    """What to build: sizes of the data and of the SFT run (its updates in all here)."""
 
-    size: str = "tiny"
-    seed: int = 0
     #: ~2.4 tasks each: ~950 distinct golden trajectories, so the arguments a call must copy vary
     #: (memorising fails, copying pays) rather than repeating 350 of them for many epochs
     train_envs: int = 400
     #: ~48 held-out tasks: one task is ~2 points of held-out success
     val_envs: int = 20
-    vocab_size: int = 1024
     #: SFT updates in all (epochs follow from the row count). Measured before: 99 updates of batch
     #: 32 (9 epochs of 353 trajectories) gave well-formed calls (93%) to the golden tool (23%) with
     #: never its arguments (0% greedy success): copying an id needs many more, smaller updates
     sft_steps: int = 400
-    sft_lr: float = 5e-3
-    sft_batch_size: int = 8
-    #: verl pads every sample to this length; the ~4% of trajectories longer than it (of 210-420
-    #: tokens, median ~265) are left out of the SFT data, which saves a third of every step
+    #: the ~4% of trajectories longer than this (of 210-420 tokens, median ~265) are left out of the
+    #: SFT data, which saves a third of every step
     sft_max_length: int = 352
     #: spaces as tokens of their own: with byte-level BPE the first letter of a value in the user's
     #: message ("is DKP72P" -> 'ĠD','K',...) is another token than in the call ('"DKP72P"' -> 'D','K',

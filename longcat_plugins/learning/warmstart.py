@@ -8,7 +8,8 @@ repository tasks). They share
 
 - :class:`WarmStart`: where a built one lives (the SFT'd ``model``, the random-init ``base`` it
   started from, its SFT rows, its RL train/validation parquets);
-- :func:`plan_digest`: the cache key of a plan (a changed plan builds into its own directory);
+- :class:`AgentPlan` and :func:`plan_digest`: the fields every agent warm start's plan has, and the
+  cache key of a plan (a changed plan builds into its own directory);
 - :func:`build_trajectory_tokenizer`: a BPE tokenizer trained on rendered agent trajectories,
   with the recurring lines as single tokens;
 - :func:`train_warm_start`: verl's SFT of the base into ``model`` with the shared schedule;
@@ -24,7 +25,7 @@ from __future__ import annotations
 import hashlib
 import json
 from collections.abc import Iterable, Sequence
-from dataclasses import dataclass
+from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
@@ -50,6 +51,25 @@ class WarmStart(Assets):
 
     base: Path
     sft: Path
+
+
+@dataclass(frozen=True)
+class AgentPlan:
+    """What every agent warm start's plan fixes: the model size and seed, the vocabulary of its
+    trajectory tokenizer and the SFT run's learning rate, batch and sample length. A task's plan
+    adds its data knobs; its :meth:`key` names its cache directory."""
+
+    size: str = "tiny"
+    seed: int = 0
+    vocab_size: int = 1024
+    sft_lr: float = 5e-3
+    sft_batch_size: int = 8
+    #: verl pads every sample to this length (longer trajectories do not fit)
+    sft_max_length: int = 256
+
+    def key(self) -> str:
+        """A short digest of every field: a changed plan builds into its own cache directory."""
+        return plan_digest(asdict(self))
 
 
 def plan_digest(fields: dict[str, Any]) -> str:
