@@ -154,6 +154,17 @@ def ray_tmp() -> Iterator[Path]:
     shutil.rmtree(path, ignore_errors=True)
 
 
+@pytest.fixture
+def work_root() -> Iterator[str]:
+    """A sandbox run-dir root for the code reward's and the code environment's tests: one the
+    sandbox uid can reach and the namespaces level does not hide (not /tmp)."""
+    base = "/run" if os.geteuid() == 0 and os.path.isdir("/run") else None
+    path = tempfile.mkdtemp(prefix="lcsbx-test-", dir=base)
+    os.chmod(path, 0o711)
+    yield path
+    shutil.rmtree(path, ignore_errors=True)
+
+
 def train_cpu(tiny: Assets, run_dir: Path, ray_tmp: Path, *overrides: str) -> tuple[RunResult, list[dict]]:
     """Run the CPU demo recipe through stock main_ppo; return the result and the rollout's weight updates."""
     trace = run_dir / "rollout_trace.jsonl"

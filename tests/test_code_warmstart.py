@@ -16,7 +16,7 @@ from typing import Any
 
 import pandas as pd
 import pytest
-from env_agent_helpers import ScriptedServer, build_loop
+from env_agent_helpers import ScriptedModel, ScriptedServer, build_loop
 from omegaconf import OmegaConf
 from verl.experimental.agent_loop.tool_parser import ToolParser
 from verl.utils.dataset.multiturn_sft_dataset import MultiTurnSFTDataset
@@ -181,20 +181,6 @@ def test_rows_and_tokenizer_are_deterministic(
     assert (tmp_path / "tok" / "tokenizer.json").read_bytes() == (root / "tok" / "tokenizer.json").read_bytes()
 
 
-class _ScriptedModel:
-    """``generate`` that answers each turn with the next scripted text (the probe's harness, not a model)."""
-
-    def __init__(self, tok: Any, turns: list[str]) -> None:
-        self.tok, self.turns = tok, list(turns)
-
-    def generate(self, prompt: Any, **kwargs: Any) -> Any:
-        import torch
-
-        text = self.turns.pop(0) if self.turns else "done"
-        new = self.tok.encode(text, add_special_tokens=False) + [self.tok.eos_token_id]
-        return torch.cat([prompt, torch.tensor([new])], dim=1)
-
-
 def test_the_probe_scores_a_golden_and_an_idle_episode(
     golden: tuple[Path, list[dict[str, Any]], Any], work_root: str
 ) -> None:
@@ -210,8 +196,8 @@ def test_the_probe_scores_a_golden_and_an_idle_episode(
     info = {"task_dir": row["task_dir"], "task_id": row["task_id"]}
     turns = [m["content"] for m in row["messages"] if m["role"] == "assistant"]
     with WorkspacePool(Sandbox(settings.isolation, settings.shell_limits(), work_root=work_root), 1) as pool:
-        solved = play(_ScriptedModel(tok, turns), tok, info, pool)
-        idle = play(_ScriptedModel(tok, ["I cannot fix it."]), tok, info, pool)
+        solved = play(ScriptedModel(tok, turns, last="done"), tok, info, pool)
+        idle = play(ScriptedModel(tok, ["I cannot fix it."], last="done"), tok, info, pool)
     assert (solved.well_formed, solved.read_target, solved.edit_applied, solved.submitted) == (True,) * 4
     assert solved.solved and solved.score == 1.0
     assert not (idle.well_formed or idle.edit_applied or idle.submitted or idle.solved)
