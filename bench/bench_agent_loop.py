@@ -36,7 +36,7 @@ def main() -> None:
 
     from longcat_plugins.environments.agent_loop import ToolAgentSettings, episode_spec, load_environment_cached
     from longcat_plugins.environments.envgen import generate_environments
-    from longcat_plugins.runtime.assets import ensure_assets
+    from longcat_plugins.learning.assets import ensure_assets
 
     tokenizer = AutoTokenizer.from_pretrained(ensure_assets().model)
     work = Path(tempfile.mkdtemp(prefix="bench-agent-"))

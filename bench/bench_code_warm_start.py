@@ -1,7 +1,7 @@
 """Is the code-agent warm start partly right? Build it with
-:func:`longcat_plugins.runtime.code_warmstart.ensure_code_warm_start` (golden trajectories, verl's
+:func:`longcat_plugins.learning.code_warmstart.ensure_code_warm_start` (golden trajectories, verl's
 SFT trainer; cached) and play the held-out tasks in process
-(:func:`longcat_plugins.runtime.code_probe.probe`: real sandboxed workspaces, hidden tests):
+(:func:`longcat_plugins.learning.code_probe.probe`: real sandboxed workspaces, hidden tests):
 
 - ``--phase build``: build only (the data step and the SFT step are cached separately, so a
   build cut by a time limit resumes at the step it was in); records ``build_s``;
@@ -94,8 +94,8 @@ def main() -> None:
 
     import pandas as pd
 
-    from longcat_plugins.runtime.code_probe import probe
-    from longcat_plugins.runtime.code_warmstart import CodeWarmStartPlan, code_warm_start_paths, ensure_code_warm_start
+    from longcat_plugins.learning.code_probe import probe
+    from longcat_plugins.learning.code_warmstart import CodeWarmStartPlan, code_warm_start_paths, ensure_code_warm_start
 
     plan = CodeWarmStartPlan(size=args.size)
     if args.epochs is not None:

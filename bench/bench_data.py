@@ -4,7 +4,7 @@ uniform n vs dynamic budget allocation (both values) vs pass-rate oversampling v
     .venv/bin/python bench/bench_data.py [--strategies uniform,budget_greedy,...] [--seeds 0,1,2]
         [--steps 12] [--tasks 64] [--out bench/results/data.json] [--append]
 
-Every run starts from the same warm start (:func:`longcat_plugins.runtime.warmstart.ensure_warm_start`)
+Every run starts from the same warm start (:func:`longcat_plugins.learning.arithmetic_warmstart.ensure_warm_start`)
 with the warm-started demo's recipe (exact-match reward, 16 prompts x 8 samples a step, greedy
 held-out validation before and after) on the ``longcat_data`` trainer, so every strategy, the
 uniform baseline included, runs through the same code and metrics; only the strategy settings
@@ -42,7 +42,7 @@ STRATEGIES: dict[str, list[str]] = {
 
 
 def run(strategy: str, seed: int, steps: int, tasks: int, assets, work: Path) -> dict:
-    from longcat_plugins.runtime.demos import prepare_demo
+    from longcat_plugins.learning.demos import prepare_demo
     from longcat_plugins.runtime.launch import resolve_config, run_training, val_accuracy
 
     demo = prepare_demo("arithmetic", assets, steps, init="warm")
@@ -146,7 +146,7 @@ def main() -> None:
         parser.error(f"--strategies: unknown {', '.join(unknown)}; choices: {', '.join(STRATEGIES)}")
     seeds = [int(s) for s in args.seeds.split(",") if s]
 
-    from longcat_plugins.runtime.warmstart import ensure_warm_start
+    from longcat_plugins.learning.arithmetic_warmstart import ensure_warm_start
 
     assets = ensure_warm_start(size=args.size)
     out = Path(args.out)

@@ -44,13 +44,13 @@ def main() -> None:
     cache = ["--cache-dir", str(args.cache_dir)] if args.cache_dir is not None else []
     start = time.monotonic()
     if args.recipe == "tool_agent":
-        from longcat_plugins.runtime.assets import ensure_assets
-        from longcat_plugins.runtime.tool_warmstart import demo_plan, ensure_tool_warm_start
+        from longcat_plugins.learning.assets import ensure_assets
+        from longcat_plugins.learning.tool_warmstart import demo_plan, ensure_tool_warm_start
 
         ensure_assets(args.cache_dir)
         assets = ensure_tool_warm_start(args.cache_dir, demo_plan("tiny"))
     else:
-        from longcat_plugins.runtime.warmstart import ensure_warm_start
+        from longcat_plugins.learning.arithmetic_warmstart import ensure_warm_start
 
         assets = ensure_warm_start(args.cache_dir)
     warm_start_s = time.monotonic() - start

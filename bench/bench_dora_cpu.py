@@ -50,7 +50,7 @@ from typing import Any
 
 import numpy as np
 
-from longcat_plugins.runtime.assets import ensure_assets
+from longcat_plugins.learning.assets import ensure_assets
 from longcat_plugins.runtime.launch import configs_dir, run_training
 from longcat_plugins.schedulers.workload import AGENT_NAME, ENV_TRACE, write_skewed_dataset
 

@@ -110,7 +110,7 @@ def main() -> None:
         [
             str(ENGINES["hf"]),
             "-c",
-            "import sys; from pathlib import Path; from longcat_plugins.runtime.warmstart import ensure_warm_start; "
+            "import sys; from pathlib import Path; from longcat_plugins.learning.arithmetic_warmstart import ensure_warm_start; "
             "ensure_warm_start(Path(sys.argv[1]) if sys.argv[1] else None, size='tiny32')",
             str(args.cache_dir or ""),
         ],

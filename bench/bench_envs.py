@@ -50,13 +50,13 @@ from typing import Any
 
 import psutil
 
-from longcat_plugins.environments.contract import load_environment
 from longcat_plugins.environments.domain import DBView, rule_violations
 from longcat_plugins.environments.envgen import generate_environments
 from longcat_plugins.environments.generate import EnvironmentGenerator, GenConfig, GenerationError
 from longcat_plugins.environments.hacks import guess_credited
 from longcat_plugins.environments.noise import NoiseConfig
 from longcat_plugins.environments.rubric import evaluate, renderings
+from longcat_plugins.environments.runtime import load_environment
 from longcat_plugins.environments.spec import load_spec
 from longcat_plugins.environments.verify import revealed_only_replay, signoff_met, verify_environment
 

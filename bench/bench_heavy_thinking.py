@@ -1,7 +1,7 @@
 """Heavy thinking vs plain sampling at equal generated tokens, on the warm start's held-out questions.
 
 A model (``--model``, an HF checkpoint directory; default: the warm start,
-:func:`longcat_plugins.runtime.warmstart.ensure_warm_start`, the tiny model SFT-ed on
+:func:`longcat_plugins.learning.arithmetic_warmstart.ensure_warm_start`, the tiny model SFT-ed on
 ``What is a+b-c?``) answers the warm start's 64 held-out questions in three modes, in-process
 with plain transformers ``generate`` (sampled at temperature 1, like the rollout):
 
@@ -177,7 +177,7 @@ def main() -> None:
 
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
-    from longcat_plugins.runtime.warmstart import _questions, ensure_warm_start
+    from longcat_plugins.learning.arithmetic_warmstart import _questions, ensure_warm_start
 
     built = ensure_warm_start()
     path = args.model.resolve() if args.model is not None else built.model

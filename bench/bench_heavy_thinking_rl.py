@@ -1,7 +1,7 @@
 """Train the checkpoints ``bench_heavy_thinking.py --model`` measures after RL: GRPO through the
 ``longcat_heavy_thinking`` agent loop, and plain GRPO with the same steps, from the arithmetic warm start.
 
-Both runs start from the default warm start (:func:`longcat_plugins.runtime.warmstart.ensure_warm_start`)
+Both runs start from the default warm start (:func:`longcat_plugins.learning.arithmetic_warmstart.ensure_warm_start`)
 with the learning bench's recipe (the warm-started demo's overrides: exact-match reward, 16
 prompts x 8 sessions a step, lr 1e-3, 12-token responses, greedy validation; and
 ``bench_learning.SCHEDULE``, cosine decay to 0 over the run), trained in fp32
@@ -85,9 +85,9 @@ def stage_rewards(dumps: Path, k: int = K) -> dict[str, list[float]]:
 
 def train(recipe: str, steps: int, seed: int, work: Path) -> dict:
     """One run from the warm start; its row, with the HF export's path."""
-    from longcat_plugins.runtime.demos import prepare_demo
+    from longcat_plugins.learning.arithmetic_warmstart import ensure_warm_start
+    from longcat_plugins.learning.demos import prepare_demo
     from longcat_plugins.runtime.launch import resolve_config, run_training, val_accuracy
-    from longcat_plugins.runtime.warmstart import ensure_warm_start
 
     assets = ensure_warm_start()
     demo = prepare_demo("arithmetic", assets, steps, init="warm")
@@ -135,7 +135,7 @@ def train(recipe: str, steps: int, seed: int, work: Path) -> dict:
 
 
 def main() -> None:
-    from longcat_plugins.runtime.assets import default_cache_dir
+    from longcat_plugins.learning.assets import default_cache_dir
 
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--recipe", required=True, choices=sorted(RECIPES))

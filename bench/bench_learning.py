@@ -5,7 +5,7 @@ after GRPO on the warm-started arithmetic task, per objective and seed, on this 
         [--objectives vanilla,triplet_clip,longcat_gspo,longcat_grpo] [--trainers sync]
         [--out bench/results/learning.json] [--append]
 
-Every run starts from the same warm start (:func:`longcat_plugins.runtime.warmstart.ensure_warm_start`,
+Every run starts from the same warm start (:func:`longcat_plugins.learning.arithmetic_warmstart.ensure_warm_start`,
 seed 0) with the demo's recipe (``cpu_demo`` + the demo's warm-start overrides: exact-match
 reward, 16 prompts x 8 samples, lr 1e-3, greedy validation) and the bench's own
 :data:`SCHEDULE` (the learning rate decays on a cosine to 0 over the run; ``--schedule
@@ -73,8 +73,8 @@ def pass_at_k(n: int, c: int, k: int) -> float:
 
 
 def sampled_pass_at_k(model: Path, val: Path, n: int = 8, seed: int = 0) -> dict[str, float]:
+    from longcat_plugins.learning.arithmetic_warmstart import sample_answers
     from longcat_plugins.rewards.arithmetic import exact_answer
-    from longcat_plugins.runtime.warmstart import sample_answers
 
     samples, answers = sample_answers(model, val, n=n, do_sample=True, seed=seed)
     counts = [sum(exact_answer(s) == a for s in group) for group, a in zip(samples, answers, strict=True)]
@@ -100,7 +100,7 @@ def final_checkpoint(checkpoints: Path) -> Path | None:
 
 def greedy_shares(model: Path, val: Path) -> dict[str, float]:
     """Greedy held-out ``form`` / ``arith`` / ``exact`` shares (plain transformers, in-process)."""
-    from longcat_plugins.runtime.warmstart import answer_shares, sample_answers
+    from longcat_plugins.learning.arithmetic_warmstart import answer_shares, sample_answers
 
     responses, answers = sample_answers(model, val)
     return answer_shares([r[0] for r in responses], answers)
@@ -143,7 +143,7 @@ def run(
     before: dict[str, float],
     schedule: str = "cosine",
 ) -> dict:
-    from longcat_plugins.runtime.demos import prepare_demo
+    from longcat_plugins.learning.demos import prepare_demo
     from longcat_plugins.runtime.launch import resolve_config, run_training, val_accuracy
 
     if trainer not in TRAINERS:
@@ -273,7 +273,7 @@ def main() -> None:
     except ValueError as error:
         parser.error(str(error))
 
-    from longcat_plugins.runtime.warmstart import ensure_warm_start
+    from longcat_plugins.learning.arithmetic_warmstart import ensure_warm_start
 
     assets = ensure_warm_start(size=args.size)
     work = Path(tempfile.mkdtemp(prefix="longcat-learning-"))

@@ -1,12 +1,12 @@
 """Learning benchmark of the tool agent: GRPO from the tool-use warm start raises held-out rubric success.
 
-Builds (once, cached) the tool-use warm start (:mod:`longcat_plugins.runtime.tool_warmstart`),
+Builds (once, cached) the tool-use warm start (:mod:`longcat_plugins.learning.tool_warmstart`),
 then per seed runs ``longcat-plugins demo --recipe tool_agent``'s exact configuration
 (``tool_agent_cpu.yaml`` + the warm start's overrides) through verl's trainer for ``--steps``
 GRPO steps. Held-out success is verl's own greedy validation on the held-out environments
 (``val-core/longcat_env/retail/acc/mean@1``: the rubric's all-items-met rate), before the first
 step and after the last. With ``--probe`` (the default) the trained policy is exported at the
-last step and played by :func:`longcat_plugins.runtime.tool_probe.probe` on the same held-out
+last step and played by :func:`longcat_plugins.learning.tool_probe.probe` on the same held-out
 tasks, greedy, so its shares (well-formed call, golden tool, its arguments, ...) can be set
 against the warm start's (``bench/results/tool_warm_starts.json``): what RL changed.
 Writes ``bench/results/learning_tool_agent.json``::
@@ -92,10 +92,10 @@ def main() -> None:
                 own = [o for o in _settings(old["config"]["overrides"]) if not o.startswith(lr_key)]
                 run["settings"] = [*own, f"{lr_key}{run['lr']:g}"] if run["lr"] is not None else own
 
-    from longcat_plugins.runtime.assets import default_cache_dir
-    from longcat_plugins.runtime.demos import tool_warm_demo
+    from longcat_plugins.learning.assets import default_cache_dir
+    from longcat_plugins.learning.demos import tool_warm_demo
+    from longcat_plugins.learning.tool_warmstart import demo_plan, ensure_tool_warm_start
     from longcat_plugins.runtime.launch import resolve_config, run_training
-    from longcat_plugins.runtime.tool_warmstart import demo_plan, ensure_tool_warm_start
 
     cache = args.cache_dir or default_cache_dir()
     plan = demo_plan("tiny")
@@ -231,14 +231,14 @@ def _key(run: dict[str, Any]) -> tuple[Any, ...]:
 
 def _held_out_curve(steps: list[dict[str, Any]]) -> list[dict[str, Any]]:
     """Held-out success at every validation: ``[{"step", "success"}]`` (step 0 is before training)."""
-    from longcat_plugins.runtime.tool_warmstart import HELD_OUT_METRIC
+    from longcat_plugins.learning.tool_warmstart import HELD_OUT_METRIC
 
     return [{"step": s["step"], "success": float(s[HELD_OUT_METRIC])} for s in steps if HELD_OUT_METRIC in s]
 
 
 def _probe_trained(checkpoints: Path, val: Path) -> dict[str, Any] | None:
     """The greedy probe's shares of the last exported policy (None when verl exported none)."""
-    from longcat_plugins.runtime.tool_probe import probe
+    from longcat_plugins.learning.tool_probe import probe
 
     exported = sorted(checkpoints.glob("global_step_*/actor/huggingface"), key=lambda p: int(p.parts[-3][12:]))
     exported = [p for p in exported if any(p.glob("*.safetensors"))]

@@ -90,7 +90,7 @@ def main() -> None:
     parser.add_argument("--out", default="bench/results/objectives.json")
     args = parser.parse_args()
 
-    from longcat_plugins.runtime.assets import ensure_assets
+    from longcat_plugins.learning.assets import ensure_assets
 
     work = Path(tempfile.mkdtemp(prefix="longcat-objectives-"))
     assets = ensure_assets(work / "assets", n_train=512)

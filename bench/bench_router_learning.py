@@ -46,9 +46,9 @@ def main() -> None:
 
     import pandas as pd
 
-    from longcat_plugins.runtime.demos import WARM_OVERRIDES, WARM_TEST_FREQ
+    from longcat_plugins.learning.arithmetic_warmstart import ensure_warm_start
+    from longcat_plugins.learning.demos import WARM_OVERRIDES, WARM_TEST_FREQ
     from longcat_plugins.runtime.launch import heldout_accuracy, resolve_config, run_training
-    from longcat_plugins.runtime.warmstart import ensure_warm_start
 
     warm = ensure_warm_start(None, size="tiny32")
     with tempfile.TemporaryDirectory(prefix="longcat-router-") as work:

@@ -116,7 +116,7 @@ def main() -> None:
     parser.add_argument("--out", default="bench/results/runtime.json")
     args = parser.parse_args()
 
-    from longcat_plugins.runtime.assets import ensure_assets
+    from longcat_plugins.learning.assets import ensure_assets
 
     work = Path(tempfile.mkdtemp(prefix="longcat-bench-"))
     assets = ensure_assets(work / "assets", size=args.size)

@@ -11,7 +11,7 @@ before, every ``--test-freq`` steps and after) on the ``longcat_data`` trainer; 
 ``selfverify.enable`` differs. The phase uses the real plateau detector (``--window`` steps,
 ``--min-delta``), ``--tasks`` verification prompts a step of 8 samples each, at most
 ``--max-steps`` steps a phase. The verification prompt and verdicts are the warm start's
-(:data:`~longcat_plugins.runtime.warmstart.VERIFY_PROMPT`: ``<problem> <candidate> Right?``,
+(:data:`~longcat_plugins.learning.arithmetic_warmstart.VERIFY_PROMPT`: ``<problem> <candidate> Right?``,
 answered ``The answer is 1.`` (correct) or ``The answer is 0.`` (incorrect); anything else
 scores -1); prompts may be 40 tokens (the longest verification prompt is 34).
 
@@ -42,9 +42,9 @@ PROMPT_TOKENS = 40
 
 
 def run(mode: str, seed: int, args: argparse.Namespace, assets, work: Path) -> dict:
-    from longcat_plugins.runtime.demos import prepare_demo
+    from longcat_plugins.learning.arithmetic_warmstart import VERDICT_CORRECT, VERDICT_INCORRECT, VERIFY_PROMPT
+    from longcat_plugins.learning.demos import prepare_demo
     from longcat_plugins.runtime.launch import resolve_config, run_training, val_accuracy
-    from longcat_plugins.runtime.warmstart import VERDICT_CORRECT, VERDICT_INCORRECT, VERIFY_PROMPT
 
     steps, window, min_delta = args.steps, args.window, args.min_delta
     demo = prepare_demo("arithmetic", assets, steps, init="warm")
@@ -159,7 +159,7 @@ def main() -> None:
     modes = [m for m in args.modes.split(",") if m]
     if set(modes) - set(MODES):
         parser.error(f"--modes: choices are {', '.join(MODES)}")
-    from longcat_plugins.runtime.warmstart import ensure_warm_start
+    from longcat_plugins.learning.arithmetic_warmstart import ensure_warm_start
 
     assets = ensure_warm_start(size=args.size, verdicts=args.verdicts)
     out = Path(args.out)

@@ -1,9 +1,9 @@
 """How long does the default warm start's SFT take, and does tokenizing each example once
-(:class:`longcat_plugins.runtime.sft_dataset.CachedMultiTurnSFTDataset`, what
-:func:`longcat_plugins.runtime.sft.run_sft` uses) change the weights it trains?
+(:class:`longcat_plugins.learning.sft_dataset.CachedMultiTurnSFTDataset`, what
+:func:`longcat_plugins.learning.sft.run_sft` uses) change the weights it trains?
 
 Builds the default warm start's inputs exactly as
-:func:`longcat_plugins.runtime.warmstart.ensure_warm_start` does (tokenizer, random-init base,
+:func:`longcat_plugins.learning.arithmetic_warmstart.ensure_warm_start` does (tokenizer, random-init base,
 SFT parquet, seed 0), then runs verl's SFT trainer with ``DEFAULT_SFT`` twice: with verl's own
 ``MultiTurnSFTDataset`` (``plain``, every example re-tokenized every epoch) and with the cached
 dataset (``cached``). Records each run's wall-clock and the SHA-256 of its
@@ -40,9 +40,9 @@ def main() -> None:
     if args.reference is not None and not (args.reference / "model" / "model.safetensors").is_file():
         parser.error(f"--reference: {str(args.reference)!r} has no model/model.safetensors")
 
-    from longcat_plugins.runtime.assets import build_model, build_tokenizer
-    from longcat_plugins.runtime.sft import run_sft
-    from longcat_plugins.runtime.warmstart import DEFAULT_SFT, TASK, split_questions, write_sft_parquet
+    from longcat_plugins.learning.arithmetic_warmstart import DEFAULT_SFT, TASK, split_questions, write_sft_parquet
+    from longcat_plugins.learning.assets import build_model, build_tokenizer
+    from longcat_plugins.learning.sft import run_sft
 
     seed, size = 0, "tiny"
     runs = []

@@ -35,9 +35,9 @@ TRAINERS = {"longcat": "dora", "arithmetic": "sync"}
 
 def run(recipe: str, seed: int, steps: int, work: Path) -> dict:
     from longcat_plugins.evaluation.system import components_active
-    from longcat_plugins.runtime.demos import SYSTEM_VERDICTS, prepare_demo
+    from longcat_plugins.learning.arithmetic_warmstart import ensure_warm_start
+    from longcat_plugins.learning.demos import SYSTEM_VERDICTS, prepare_demo
     from longcat_plugins.runtime.launch import heldout_accuracy, resolve_config, run_training
-    from longcat_plugins.runtime.warmstart import ensure_warm_start
 
     warm = ensure_warm_start(None, size="tiny", verdicts=SYSTEM_VERDICTS if recipe == "longcat" else 0.0)
     demo = prepare_demo(recipe, warm, steps, init="warm")

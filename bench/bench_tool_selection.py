@@ -3,7 +3,7 @@
     .venv/bin/python bench/bench_tool_selection.py --warm DIR [--tasks 8] [--n 4] [--seeds 0]
         [--out bench/results/tool_selection.json] [--append]
 
-``DIR`` is a tool-use warm start (``longcat_plugins.runtime.tool_warmstart``: ``model/`` and
+``DIR`` is a tool-use warm start (``longcat_plugins.learning.tool_warmstart``: ``model/`` and
 ``val.parquet``, the held-out generated retail tasks). The first ``--tasks`` tasks are run
 ``--n`` times with tools and ``--n`` times without (``select_tool_tasks``, both paths through
 verl's validation rollout on the CPU runtime, sampling at temperature 1, seed ``rollout.seed``),

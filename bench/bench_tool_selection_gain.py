@@ -46,8 +46,8 @@ def main() -> None:
 
     import pandas as pd
 
-    from longcat_plugins.runtime.assets import default_cache_dir
-    from longcat_plugins.runtime.tool_warmstart import RL_BATCH, demo_plan, ensure_tool_warm_start
+    from longcat_plugins.learning.assets import default_cache_dir
+    from longcat_plugins.learning.tool_warmstart import RL_BATCH, demo_plan, ensure_tool_warm_start
 
     sys.path.insert(0, str(BENCH))
     from bench_tool_selection import run as select

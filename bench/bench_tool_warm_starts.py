@@ -1,7 +1,7 @@
 """Which tool-use warm start gives RL something to learn? For each candidate plan (model size,
 SFT updates, training environments), build it with
-:func:`longcat_plugins.runtime.tool_warmstart.ensure_tool_warm_start` (verl's SFT trainer, cached)
-and play the held-out tasks in-process (:func:`longcat_plugins.runtime.tool_probe.probe`):
+:func:`longcat_plugins.learning.tool_warmstart.ensure_tool_warm_start` (verl's SFT trainer, cached)
+and play the held-out tasks in-process (:func:`longcat_plugins.learning.tool_probe.probe`):
 
 - greedy, every held-out task once: the shares of episodes whose first turn is a well-formed
   hermes call, to the golden first tool, with its arguments; that made every golden call;
@@ -28,14 +28,14 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
-    from longcat_plugins.runtime.tool_warmstart import WarmStartPlan
+    from longcat_plugins.learning.tool_warmstart import WarmStartPlan
 
 OUT = Path(__file__).resolve().parent / "results" / "tool_warm_starts.json"
 
 
 def parse_candidate(spec: str) -> WarmStartPlan:
     """The plan a ``size:sft_steps:train_envs[:sp][:te][:rvN][:vpN][:hdN][:scF]`` candidate names."""
-    from longcat_plugins.runtime.tool_warmstart import WarmStartPlan
+    from longcat_plugins.learning.tool_warmstart import WarmStartPlan
 
     size, steps, envs, *flags = spec.split(":")
     unknown = [
@@ -65,8 +65,8 @@ def parse_candidate(spec: str) -> WarmStartPlan:
 def measure(plan: WarmStartPlan, n: int, sampled_tasks: int, cache: Path | None) -> dict:
     import pandas as pd
 
-    from longcat_plugins.runtime.tool_probe import probe
-    from longcat_plugins.runtime.tool_warmstart import ensure_tool_warm_start
+    from longcat_plugins.learning.tool_probe import probe
+    from longcat_plugins.learning.tool_warmstart import ensure_tool_warm_start
 
     start = time.monotonic()
     warm = ensure_tool_warm_start(cache, plan)

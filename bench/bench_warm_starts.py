@@ -1,11 +1,11 @@
 """Which warm start gives RL something to learn, and what? For each candidate SFT (model size,
 epochs, lr, share of targets in the credited answer form), build it with
-:func:`longcat_plugins.runtime.warmstart.ensure_warm_start` (verl's SFT trainer, cached) and
+:func:`longcat_plugins.learning.arithmetic_warmstart.ensure_warm_start` (verl's SFT trainer, cached) and
 measure on the held-out questions, in-process with plain transformers:
 
 - greedy: ``exact`` (exact match, the reward), ``form`` (share in the credited
   ``The answer is N.`` form, any N) and ``arith`` (share whose final answer is right in either
-  taught form), see :func:`longcat_plugins.runtime.warmstart.answer_shares`;
+  taught form), see :func:`longcat_plugins.learning.arithmetic_warmstart.answer_shares`;
 - sampled (8 per question, temperature 1): the same three shares, and pass@8 of exact match.
 
 ``form`` well below 1 with ``arith`` high means RL can gain by learning the answer form; ``arith``
@@ -35,8 +35,13 @@ DEFAULT_CANDIDATES = "tiny:8:3e-3:0.5,tiny:16:3e-3:0.5,small:8:1e-3:0.5,tiny:32:
 def measure(size: str, epochs: int, lr: float, share: float, seed: int = 0) -> dict:
     from bench_learning import pass_at_k
 
+    from longcat_plugins.learning.arithmetic_warmstart import (
+        DEFAULT_SFT,
+        answer_shares,
+        ensure_warm_start,
+        sample_answers,
+    )
     from longcat_plugins.rewards.arithmetic import exact_answer
-    from longcat_plugins.runtime.warmstart import DEFAULT_SFT, answer_shares, ensure_warm_start, sample_answers
 
     start = time.monotonic()
     built = ensure_warm_start(size=size, seed=seed, sft=replace(DEFAULT_SFT, epochs=epochs, lr=lr), share=share)

@@ -1,9 +1,9 @@
 """Does a tool-use warm start learn to copy? A fast diagnostic outside the full build.
 
-A full candidate build (:func:`longcat_plugins.runtime.tool_warmstart.ensure_tool_warm_start`)
+A full candidate build (:func:`longcat_plugins.learning.tool_warmstart.ensure_tool_warm_start`)
 costs 7-10 minutes of verl SFT and a played probe; this measures the one skill the candidates
 lack, copying a value into a call, in seconds per evaluation. It takes the plan's own data
-(:func:`~longcat_plugins.runtime.tool_warmstart.prepare_data`: the same golden trajectories,
+(:func:`~longcat_plugins.learning.tool_warmstart.prepare_data`: the same golden trajectories,
 re-valued copies, tokenizer and random base model; reused from the plan's built warm start
 when there is one), tokenizes them with verl's own ``MultiTurnSFTDataset`` (so the loss mask
 is verl's: assistant tokens only, the ``<|assistant|>`` prompt excluded), trains the model with
@@ -56,8 +56,8 @@ SETTINGS = ("lr", "batch", "updates", "tie", "size", "hidden", "layers", "heads"
 
 def data_root(cache: Path, plan: Any) -> Path:
     """The plan's built warm start if there is one, else its data alone built (once) under ``cache``."""
-    from longcat_plugins.runtime.assets import building
-    from longcat_plugins.runtime.tool_warmstart import _fix_env_paths, prepare_data
+    from longcat_plugins.learning.assets import building
+    from longcat_plugins.learning.tool_warmstart import _fix_env_paths, prepare_data
 
     built = cache / f"toolwarm-{plan.size}-seed{plan.seed}-{plan.key()}"
     if (built / "sft.parquet").exists():
@@ -74,7 +74,8 @@ def data_root(cache: Path, plan: Any) -> Path:
 def heldout_rows(root: Path, max_length: int) -> Path:
     """The held-out environments' golden trajectories (rendered as the SFT rows are), cached in ``root``."""
     from longcat_plugins.environments.golden import sft_rows, task_infos, write_sft_parquet
-    from longcat_plugins.runtime.tool_warmstart import RENDER, TOOL_CHAT_TEMPLATE, fitting_rows
+    from longcat_plugins.learning.tool_warmstart import RENDER, fitting_rows
+    from longcat_plugins.learning.warmstart import TOOL_CHAT_TEMPLATE
 
     out = root / "heldout-sft.parquet"
     if not out.exists():
@@ -134,7 +135,7 @@ def build_model(base: Path, s: dict[str, Any], seed: int) -> Any:
     import torch
     from transformers import AutoConfig, AutoModelForCausalLM, LlamaForCausalLM
 
-    from longcat_plugins.runtime.assets import SIZES
+    from longcat_plugins.learning.assets import SIZES
 
     config = AutoConfig.from_pretrained(base)
     spec = SIZES[s["size"]]
@@ -298,8 +299,8 @@ def main() -> None:
     from bench_tool_warm_starts import parse_candidate
     from transformers import AutoTokenizer
 
-    from longcat_plugins.runtime.assets import default_cache_dir
-    from longcat_plugins.runtime.tool_warmstart import value_tokens
+    from longcat_plugins.learning.assets import default_cache_dir
+    from longcat_plugins.learning.tool_warmstart import value_tokens
 
     plan = parse_candidate(args.plan)
     if not plan.value_pool:

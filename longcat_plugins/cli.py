@@ -13,8 +13,8 @@ from rich.table import Table
 from longcat_plugins import __version__
 from longcat_plugins.console import console, err_console, esc
 from longcat_plugins.host import Host, set_host
-from longcat_plugins.runtime.demos import RECIPES as DEMO_RECIPES
-from longcat_plugins.runtime.demos import TOOL_WARM_DEMO_STEPS, WARM_DEMO_STEPS
+from longcat_plugins.learning.demos import RECIPES as DEMO_RECIPES
+from longcat_plugins.learning.demos import TOOL_WARM_DEMO_STEPS, WARM_DEMO_STEPS
 from longcat_plugins.selection import Selection
 
 
@@ -374,7 +374,7 @@ def assets(size: str, seed: int, cache_dir: str | None) -> None:
     """Build (once) the tiny local model, tokenizer and arithmetic dataset; print their paths."""
     from pathlib import Path
 
-    from longcat_plugins.runtime.assets import ensure_assets
+    from longcat_plugins.learning.assets import ensure_assets
 
     built = ensure_assets(Path(cache_dir) if cache_dir else None, size=size, seed=seed)
     console.print(f"model:  {built.model}\ntrain:  {built.train}\nval:    {built.val}", markup=False)
@@ -415,8 +415,8 @@ def demo(
     Hydra OVERRIDES pass through."""
     from pathlib import Path
 
-    from longcat_plugins.runtime.assets import ensure_assets
-    from longcat_plugins.runtime.demos import ARITHMETIC_WARM, WARM_RECIPES, prepare_demo
+    from longcat_plugins.learning.assets import ensure_assets
+    from longcat_plugins.learning.demos import ARITHMETIC_WARM, WARM_RECIPES, prepare_demo
 
     if recipe in ("dora", "longcat") and trainer_kind == "legacy":
         err_console.print(
@@ -436,8 +436,8 @@ def demo(
         steps = warm_steps if init == "warm" else 5
     cache = Path(cache_dir) if cache_dir else None
     if init == "warm" and recipe in ARITHMETIC_WARM:
-        from longcat_plugins.runtime.demos import SYSTEM_VERDICTS
-        from longcat_plugins.runtime.warmstart import ensure_warm_start
+        from longcat_plugins.learning.arithmetic_warmstart import ensure_warm_start
+        from longcat_plugins.learning.demos import SYSTEM_VERDICTS
 
         verdicts = SYSTEM_VERDICTS if recipe == "longcat" else 0.0
         with console.status(f"building the {size} warm start (once: tokenizer, model, verl SFT)"):
@@ -450,7 +450,7 @@ def demo(
         preparing = f"building the {size} tool-use warm start (once: environments, verl SFT; ~18 min on 2 cores)"
     with console.status(preparing):
         prepared = prepare_demo(recipe, built, steps, init=init)
-    from longcat_plugins.runtime.demos import VLLM_TWINS, Demo
+    from longcat_plugins.learning.demos import VLLM_TWINS, Demo
     from longcat_plugins.runtime.launch import resolve_config, rollout_overrides
 
     if rollout == "vllm" and recipe in VLLM_TWINS:
@@ -462,15 +462,16 @@ def demo(
     ]
     result = _train(prepared.config, demo_overrides + list(overrides), out, steps)
     if recipe == "tool_agent" and init == "warm":
-        from longcat_plugins.runtime.tool_warmstart import held_out_success
+        from longcat_plugins.learning.tool_warmstart import held_out_success
 
         success = held_out_success(result.steps)
         if success is not None:  # one fixed form, so scripts can read it
             console.print(f"held-out success: {100 * success[0]:.1f}% -> {100 * success[1]:.1f}%")
     if recipe == "code_agent" and init == "warm":
-        from longcat_plugins.runtime.code_warmstart import HELD_OUT_SCORE, held_out
+        from longcat_plugins.learning.code_warmstart import HELD_OUT_METRIC, HELD_OUT_SCORE
+        from longcat_plugins.learning.warmstart import held_out
 
-        solved, score = held_out(result.steps), held_out(result.steps, HELD_OUT_SCORE)
+        solved, score = held_out(result.steps, HELD_OUT_METRIC), held_out(result.steps, HELD_OUT_SCORE)
         if solved is not None and score is not None:
             console.print(
                 f"held-out solved: {100 * solved[0]:.1f}% -> {100 * solved[1]:.1f}%; "

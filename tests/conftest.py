@@ -7,6 +7,7 @@ from __future__ import annotations
 import importlib
 import importlib.metadata
 import json
+import math
 import os
 import shutil
 import subprocess
@@ -16,10 +17,11 @@ import textwrap
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import pytest
 
-from longcat_plugins.runtime.assets import Assets, ensure_assets
+from longcat_plugins.learning.assets import Assets, ensure_assets
 from longcat_plugins.runtime.launch import RunResult, resolve_config, run_training
 
 #: shared fakes and fixtures: the agent-loop tests' environment and tokenizer (``env``,
@@ -152,6 +154,17 @@ def ray_tmp() -> Iterator[Path]:
     shutil.rmtree(path, ignore_errors=True)
 
 
+@pytest.fixture
+def work_root() -> Iterator[str]:
+    """A sandbox run-dir root for the code reward's and the code environment's tests: one the
+    sandbox uid can reach and the namespaces level does not hide (not /tmp)."""
+    base = "/run" if os.geteuid() == 0 and os.path.isdir("/run") else None
+    path = tempfile.mkdtemp(prefix="lcsbx-test-", dir=base)
+    os.chmod(path, 0o711)
+    yield path
+    shutil.rmtree(path, ignore_errors=True)
+
+
 def train_cpu(tiny: Assets, run_dir: Path, ray_tmp: Path, *overrides: str) -> tuple[RunResult, list[dict]]:
     """Run the CPU demo recipe through stock main_ppo; return the result and the rollout's weight updates."""
     trace = run_dir / "rollout_trace.jsonl"
@@ -170,6 +183,17 @@ def train_cpu(tiny: Assets, run_dir: Path, ray_tmp: Path, *overrides: str) -> tu
     assert result.returncode == 0, result.log.read_text()[-5000:]
     records = [json.loads(line) for line in trace.read_text().splitlines()] if trace.exists() else []
     return result, [r for r in records if r.get("event") == "update"]
+
+
+def trained_steps(result: RunResult, steps: tuple[int, ...] = (1, 2)) -> dict[int, dict[str, Any]]:
+    """A run's metrics by step, once it is checked: it exited 0 (else the log's tail is the
+    message), it logged every one of ``steps``, and their policy loss is finite."""
+    assert result.returncode == 0, result.log.read_text()[-5000:]
+    by_step = {s["step"]: s for s in result.steps}
+    assert set(steps) <= set(by_step), sorted(by_step)
+    for step in steps:
+        assert math.isfinite(by_step[step]["actor/pg_loss"]), (step, by_step[step]["actor/pg_loss"])
+    return by_step
 
 
 #: the xdist group of the shared run's readers
@@ -297,8 +321,8 @@ TEST_SFT_STEPS = 3
 def tiny_warm_start(tmp_path_factory: pytest.TempPathFactory) -> Assets:
     """A warm start built once per session with a few real verl SFT steps (tests that need the
     accuracy band build the default one: see test_warmstart.py's slow test)."""
-    from longcat_plugins.runtime.sft import SFTConfig
-    from longcat_plugins.runtime.warmstart import ensure_warm_start
+    from longcat_plugins.learning.arithmetic_warmstart import ensure_warm_start
+    from longcat_plugins.learning.sft import SFTConfig
 
     sft = SFTConfig(epochs=1, total_steps=TEST_SFT_STEPS, batch_size=16)
     return ensure_warm_start(tmp_path_factory.mktemp("warm"), size="tiny", sft=sft)

@@ -27,6 +27,22 @@ def hermes(name: str, arguments: dict[str, Any]) -> str:
     return "<tool_call>" + json.dumps({"name": name, "arguments": arguments}) + "</tool_call>"
 
 
+class ScriptedModel:
+    """A stand-in for a transformers model in the in-process probes: ``generate`` answers each turn
+    with the next scripted text and EOS, then ``last`` once the script is spent (the probe's
+    harness under test, not a model)."""
+
+    def __init__(self, tokenizer: Any, turns: list[str], last: str = "Done.") -> None:
+        self.tokenizer, self.turns, self.last = tokenizer, list(turns), last
+
+    def generate(self, prompt: Any, **kwargs: Any) -> Any:
+        import torch
+
+        text = self.turns.pop(0) if self.turns else self.last
+        ids = self.tokenizer.encode(text, add_special_tokens=False) + [self.tokenizer.eos_token_id]
+        return torch.cat([prompt, torch.tensor([ids])], dim=1)
+
+
 class ScriptedServer:
     """``server_manager.generate`` that replies with the next scripted text (or ``reply(prompt_text)``).
 
@@ -93,7 +109,7 @@ def make_loop(
 def tiny_tokenizer(root: Path) -> Any:
     from transformers import AutoTokenizer
 
-    from longcat_plugins.runtime.assets import build_tokenizer
+    from longcat_plugins.learning.assets import build_tokenizer
 
     if not (root / "tokenizer.json").exists():
         root.mkdir(parents=True, exist_ok=True)

@@ -85,7 +85,7 @@ def test_each_demo_recipe_composes_on_locally_built_data_and_passes_the_cpu_chec
     import dataclasses
 
     from longcat_plugins.config import compose, validate_config
-    from longcat_plugins.runtime.demos import prepare_demo
+    from longcat_plugins.learning.demos import prepare_demo
     from longcat_plugins.runtime.launch import resolve_config
 
     built = dataclasses.replace(tiny_assets, root=tmp_path)  # demo data lands beside, not in, the shared cache

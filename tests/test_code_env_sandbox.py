@@ -13,7 +13,6 @@ import math
 import os
 import shutil
 import socket
-import tempfile
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -31,15 +30,6 @@ from longcat_plugins.rewards.sandbox.warm import CodeCase, run_per_process, run_
 
 LEVELS = [lv for lv, why in available_levels().items() if why is None]
 LIMITS = Limits(cpu_s=1.0, wall_s=2.0, memory_mb=256, nproc=16, fsize_mb=1)
-
-
-@pytest.fixture
-def work_root() -> Iterator[str]:
-    base = "/run" if os.geteuid() == 0 and os.path.isdir("/run") else None
-    path = tempfile.mkdtemp(prefix="lccode-test-", dir=base)
-    os.chmod(path, 0o711)
-    yield path
-    shutil.rmtree(path, ignore_errors=True)
 
 
 @pytest.fixture(scope="module")

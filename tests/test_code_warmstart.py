@@ -16,7 +16,7 @@ from typing import Any
 
 import pandas as pd
 import pytest
-from env_agent_helpers import ScriptedServer, build_loop
+from env_agent_helpers import ScriptedModel, ScriptedServer, build_loop
 from omegaconf import OmegaConf
 from verl.experimental.agent_loop.tool_parser import ToolParser
 from verl.utils.dataset.multiturn_sft_dataset import MultiTurnSFTDataset
@@ -28,8 +28,7 @@ from longcat_plugins.environments.code_env.episode import CodeEnvSettings
 from longcat_plugins.environments.code_env.golden import golden_calls, sft_rows
 from longcat_plugins.environments.code_env.tasks import load_task, write_tasks
 from longcat_plugins.environments.golden import GoldenChainError, hermes_call, write_sft_parquet
-from longcat_plugins.rewards.plain import plain
-from longcat_plugins.runtime.code_warmstart import (
+from longcat_plugins.learning.code_warmstart import (
     HELD_OUT_METRIC,
     RENDER,
     CodeWarmStart,
@@ -38,9 +37,10 @@ from longcat_plugins.runtime.code_warmstart import (
     call_pieces,
     code_lines,
     ensure_code_warm_start,
-    held_out,
     warm_overrides,
 )
+from longcat_plugins.learning.warmstart import held_out
+from longcat_plugins.rewards.plain import plain
 
 REPO = Path(__file__).resolve().parents[1]
 PLAN = CodeWarmStartPlan()
@@ -181,28 +181,14 @@ def test_rows_and_tokenizer_are_deterministic(
     assert (tmp_path / "tok" / "tokenizer.json").read_bytes() == (root / "tok" / "tokenizer.json").read_bytes()
 
 
-class _ScriptedModel:
-    """``generate`` that answers each turn with the next scripted text (the probe's harness, not a model)."""
-
-    def __init__(self, tok: Any, turns: list[str]) -> None:
-        self.tok, self.turns = tok, list(turns)
-
-    def generate(self, prompt: Any, **kwargs: Any) -> Any:
-        import torch
-
-        text = self.turns.pop(0) if self.turns else "done"
-        new = self.tok.encode(text, add_special_tokens=False) + [self.tok.eos_token_id]
-        return torch.cat([prompt, torch.tensor([new])], dim=1)
-
-
 def test_the_probe_scores_a_golden_and_an_idle_episode(
     golden: tuple[Path, list[dict[str, Any]], Any], work_root: str
 ) -> None:
     """The held-out probe plays the loop's turns against a real episode: the golden turns solve the
     task (every flag set, score 1); a model that only answers scores what the untouched repository earns."""
     from longcat_plugins.environments.code_env.pool import WorkspacePool
+    from longcat_plugins.learning.code_probe import play
     from longcat_plugins.rewards.sandbox import Sandbox
-    from longcat_plugins.runtime.code_probe import play
 
     _, rows, tok = golden
     settings = CodeEnvSettings(work_root=work_root)
@@ -210,8 +196,8 @@ def test_the_probe_scores_a_golden_and_an_idle_episode(
     info = {"task_dir": row["task_dir"], "task_id": row["task_id"]}
     turns = [m["content"] for m in row["messages"] if m["role"] == "assistant"]
     with WorkspacePool(Sandbox(settings.isolation, settings.shell_limits(), work_root=work_root), 1) as pool:
-        solved = play(_ScriptedModel(tok, turns), tok, info, pool)
-        idle = play(_ScriptedModel(tok, ["I cannot fix it."]), tok, info, pool)
+        solved = play(ScriptedModel(tok, turns, last="done"), tok, info, pool)
+        idle = play(ScriptedModel(tok, ["I cannot fix it."], last="done"), tok, info, pool)
     assert (solved.well_formed, solved.read_target, solved.edit_applied, solved.submitted) == (True,) * 4
     assert solved.solved and solved.score == 1.0
     assert not (idle.well_formed or idle.edit_applied or idle.submitted or idle.solved)
@@ -229,7 +215,9 @@ def test_a_golden_fix_that_misses_a_hidden_test_is_rejected(tmp_path: Path, work
 
 
 def test_warm_overrides_compose_and_validate_with_the_code_agent_recipe(tmp_path: Path) -> None:
-    warm = CodeWarmStart(*(tmp_path / n for n in ("root", "model", "base", "sft.parquet", "train", "val")))
+    warm = CodeWarmStart(
+        *(tmp_path / n for n in ("root", "model", "train", "val")), base=tmp_path / "base", sft=tmp_path / "sft.parquet"
+    )
     cfg = compose(REPO / "configs" / "code_agent_cpu.yaml", warm_overrides(warm, 6))
     loop = cfg.longcat.settings.environment.longcat_code_agent
     assert loop.max_turns >= 3 + 1 and loop.tools_style == RENDER.tools_style  # read, edit, submit fit
@@ -242,8 +230,10 @@ def test_warm_overrides_compose_and_validate_with_the_code_agent_recipe(tmp_path
 def test_plan_keys_and_held_out_and_bad_size(tmp_path: Path) -> None:
     assert PLAN.key() == CodeWarmStartPlan().key() and PLAN.key() != CodeWarmStartPlan(seed=1).key()
     assert PLAN.data_key() == CodeWarmStartPlan(sft_epochs=3).data_key() != CodeWarmStartPlan(hidden=6).data_key()
+    # the default plan's cache directories (codewarm-data-tiny-seed0-<data_key>, codewarm-tiny-seed0-<key>)
+    assert (CodeWarmStartPlan().key(), CodeWarmStartPlan().data_key()) == ("c62c5a0c53", "ca1cd4c0f5")
     steps = [{"step": 0, HELD_OUT_METRIC: 0.25}, {"step": 1}, {"step": 3, HELD_OUT_METRIC: 0.5}]
-    assert held_out(steps) == (0.25, 0.5) and held_out(steps[:2]) is None
+    assert held_out(steps, HELD_OUT_METRIC) == (0.25, 0.5) and held_out(steps[:2], HELD_OUT_METRIC) is None
     with pytest.raises(ValueError, match="unknown model size 'huge'"):
         ensure_code_warm_start(tmp_path, CodeWarmStartPlan(size="huge"))
     assert not list(tmp_path.iterdir())

@@ -13,7 +13,7 @@ import pytest
 from conftest import LEGACY_RUN_GROUP, SHARED_RUN_GROUP, SHARED_RUN_OBJECTIVE, SharedRun
 from conftest import train_cpu as train
 
-from longcat_plugins.runtime.assets import Assets
+from longcat_plugins.learning.assets import Assets
 from longcat_plugins.runtime.launch import RunResult
 
 pytestmark = [pytest.mark.slow, pytest.mark.ray]

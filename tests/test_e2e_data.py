@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 from conftest import train_cpu
 
-from longcat_plugins.runtime.assets import Assets
+from longcat_plugins.learning.assets import Assets
 
 pytestmark = [pytest.mark.slow, pytest.mark.ray]
 

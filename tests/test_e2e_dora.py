@@ -22,7 +22,7 @@ from pathlib import Path
 import pytest
 from ray.cluster_utils import Cluster
 
-from longcat_plugins.runtime.assets import Assets
+from longcat_plugins.learning.assets import Assets
 from longcat_plugins.runtime.launch import STEP_LINE, configs_dir, run_training
 from longcat_plugins.schedulers.workload import AGENT_NAME, write_skewed_dataset
 

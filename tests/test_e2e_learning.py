@@ -29,7 +29,7 @@ LINE = re.compile(r"held-out accuracy: (\d+\.\d)% -> (\d+\.\d)%")
 @pytest.fixture(scope="session")
 def warm_cache(tmp_path_factory: pytest.TempPathFactory) -> Path:
     """The default warm start, built by verl's SFT trainer once per session."""
-    from longcat_plugins.runtime.warmstart import ensure_warm_start
+    from longcat_plugins.learning.arithmetic_warmstart import ensure_warm_start
 
     cache = tmp_path_factory.mktemp("warm-cache")
     built = ensure_warm_start(cache)

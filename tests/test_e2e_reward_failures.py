@@ -11,15 +11,12 @@
 from __future__ import annotations
 
 import math
-import shutil
-import tempfile
 import textwrap
-from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 
-from longcat_plugins.runtime.assets import ensure_assets
+from longcat_plugins.learning.assets import ensure_assets
 from longcat_plugins.runtime.launch import resolve_config, run_training
 
 pytestmark = [pytest.mark.slow, pytest.mark.ray]
@@ -52,13 +49,6 @@ def dataset(path: Path, n: int = 8) -> Path:
         )
     pd.DataFrame(rows).to_parquet(path)
     return path
-
-
-@pytest.fixture
-def ray_tmp() -> Iterator[Path]:
-    path = Path(tempfile.mkdtemp(prefix="lcray", dir="/tmp"))
-    yield path
-    shutil.rmtree(path, ignore_errors=True)
 
 
 def common(data: Path, ray_tmp: Path, reward_file: Path) -> list[str]:

@@ -12,7 +12,7 @@ import pytest
 from conftest import run_cli
 
 from longcat_plugins.environments.tool_selection import KEY_PREFIX, Thresholds, pass_rates, read_dump
-from longcat_plugins.runtime.assets import Assets
+from longcat_plugins.learning.assets import Assets
 
 pytestmark = [pytest.mark.slow, pytest.mark.ray]
 

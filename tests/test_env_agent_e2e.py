@@ -3,12 +3,12 @@
 from __future__ import annotations
 
 import json
-import math
 from pathlib import Path
 
 import pytest
+from conftest import trained_steps
 
-from longcat_plugins.runtime.assets import Assets
+from longcat_plugins.learning.assets import Assets
 from longcat_plugins.runtime.launch import FP32_TRAINING, resolve_config, run_training
 
 
@@ -44,12 +44,8 @@ def test_two_grpo_steps_through_the_agent_loop(tiny_assets: Assets, tmp_path: Pa
         ],
         tmp_path / "run",
     )
-    log = result.log.read_text()
-    assert result.returncode == 0, log[-5000:]
-    by_step = {s["step"]: s for s in result.steps}
-    assert {1, 2} <= set(by_step), sorted(by_step)
+    by_step = trained_steps(result)
     for step in (1, 2):
-        assert math.isfinite(by_step[step]["actor/pg_loss"])
         assert by_step[step]["training/num_turns/mean"] >= 2
         # the rubric scores are what trains: the random model solves nothing (a do-nothing episode
         # earns nothing, its no-collateral items included)

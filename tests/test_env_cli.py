@@ -14,7 +14,7 @@ from click.testing import CliRunner
 from longcat_plugins.cli import main
 from longcat_plugins.environments import cli as env_cli
 from longcat_plugins.environments import envgen as envgen_mod
-from longcat_plugins.environments.contract import load_environment
+from longcat_plugins.environments.runtime import load_environment
 from longcat_plugins.environments.spec import BUILTIN_SPECS
 from longcat_plugins.environments.verify import Verdict
 

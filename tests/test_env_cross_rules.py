@@ -14,9 +14,9 @@ import pytest
 from click.testing import CliRunner
 
 from longcat_plugins.cli import main
-from longcat_plugins.environments.contract import load_environment
 from longcat_plugins.environments.domain import BaseDB, DBView, Toolkit
 from longcat_plugins.environments.generate import EnvironmentGenerator, GenConfig, GenerationError
+from longcat_plugins.environments.runtime import load_environment
 from longcat_plugins.environments.spec import load_spec
 from longcat_plugins.environments.verify import check_tools, verify_environment
 

@@ -29,7 +29,8 @@ from longcat_plugins.environments.golden import (
     task_infos,
     write_sft_parquet,
 )
-from longcat_plugins.runtime.tool_warmstart import RENDER, SHORT_CHAINS, TOOL_CHAT_TEMPLATE, build_tool_tokenizer
+from longcat_plugins.learning.tool_warmstart import RENDER, SHORT_CHAINS, build_tool_tokenizer
+from longcat_plugins.learning.warmstart import TOOL_CHAT_TEMPLATE
 
 
 class _TemplateOnly:
@@ -134,7 +135,7 @@ def test_a_golden_chain_that_misses_the_rubric_is_rejected(
 def test_revalued_rows_are_the_same_chains_about_fresh_values(golden: tuple[Path, list[dict[str, Any]], Any]) -> None:
     """Each copy re-draws the first call's stated values everywhere after the system prompt, parses
     back through verl's hermes parser to the same calls with the fresh value, and is deterministic."""
-    from longcat_plugins.runtime.tool_warmstart import revalued_rows
+    from longcat_plugins.learning.tool_warmstart import revalued_rows
 
     _, rows, tok = golden
     parser = ToolParser.get_tool_parser("hermes", tok)
@@ -174,7 +175,7 @@ def test_shortcut_twins_stop_after_the_lookup_and_the_rubric_never_credits_them(
     per unit (1.0: one twin for every row of two or more calls) and drawn per row below it,
     deterministically; replayed through a fresh episode, the rubric fails every twin."""
     from longcat_plugins.environments.episodes import open_episode
-    from longcat_plugins.runtime.tool_warmstart import SHORTCUT_ANSWER, shortcut_rows
+    from longcat_plugins.learning.tool_warmstart import SHORTCUT_ANSWER, shortcut_rows
 
     root, rows, _ = golden
     multi = [r for r in rows if sum(m["content"].startswith("<tool_call>") for m in r["messages"][2:]) >= 2]
@@ -260,7 +261,7 @@ def test_pooled_values_are_one_token_in_the_message_or_result_and_in_the_call(
     of a tool result) is one token, the same token where it is stated and in the call; the held-out
     environments draw their values from the same pools, and the calls still parse back (hermes)."""
     from longcat_plugins.environments.values import POOL_KINDS, value_pool
-    from longcat_plugins.runtime.tool_warmstart import value_tokens
+    from longcat_plugins.learning.tool_warmstart import value_tokens
 
     train, val, tok = pooled
     pools = {v for kind in POOL_KINDS for v in value_pool(kind, POOL)}
@@ -294,7 +295,7 @@ def test_revalued_rows_under_a_pool_draw_fresh_values_from_the_same_pool(
     pooled: tuple[list[dict[str, Any]], list[dict[str, Any]], Any],
 ) -> None:
     from longcat_plugins.environments.values import POOL_KINDS, value_pool
-    from longcat_plugins.runtime.tool_warmstart import revalued_rows
+    from longcat_plugins.learning.tool_warmstart import revalued_rows
 
     train, _, tok = pooled
     kind_of = {v: kind for kind in POOL_KINDS for v in value_pool(kind, POOL)}

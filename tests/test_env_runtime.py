@@ -12,11 +12,11 @@ from typing import Any
 
 import pytest
 
-from longcat_plugins.environments.contract import EnvironmentLoadError, Episode, load_environment
+from longcat_plugins.environments.contract import EnvironmentLoadError, Episode
 from longcat_plugins.environments.generate import EnvironmentGenerator
 from longcat_plugins.environments.noise import NoiseConfig
 from longcat_plugins.environments.rubric import mentions, string_values
-from longcat_plugins.environments.runtime import Task, ToolEnvironment
+from longcat_plugins.environments.runtime import Task, ToolEnvironment, load_environment
 from longcat_plugins.environments.spec import load_spec
 from longcat_plugins.environments.user_sim import Fact, ModelUserSimulator, UserScript, UserSimulatorUnavailable
 from longcat_plugins.environments.verify import verify_environment

@@ -5,15 +5,15 @@ response, and each summary saw its session's parallel answers."""
 from __future__ import annotations
 
 import json
-import math
 from collections import defaultdict
 from pathlib import Path
 
 import pytest
+from conftest import trained_steps
 
 from longcat_plugins.environments.heavy_thinking import NO_ANSWER, answer_of, truncate_answer
+from longcat_plugins.learning.assets import Assets
 from longcat_plugins.rewards.arithmetic import compute_score as arithmetic
-from longcat_plugins.runtime.assets import Assets
 from longcat_plugins.runtime.launch import resolve_config, run_training
 
 K = 2
@@ -40,12 +40,7 @@ def test_two_grpo_steps_train_parallel_and_summary_outputs(
         ],
         tmp_path / "run",
     )
-    log = result.log.read_text()
-    assert result.returncode == 0, log[-5000:]
-    by_step = {s["step"]: s for s in result.steps}
-    assert {1, 2} <= set(by_step), sorted(by_step)
-    for step in (1, 2):
-        assert math.isfinite(by_step[step]["actor/pg_loss"])
+    trained_steps(result)
     dumps = sorted((tmp_path / "rollouts").glob("*.jsonl"))
     assert len(dumps) == 2, dumps
     for dump in dumps:

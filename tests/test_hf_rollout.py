@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 import torch
 
-from longcat_plugins.runtime.assets import Assets, ensure_assets
+from longcat_plugins.learning.assets import Assets, ensure_assets
 from longcat_plugins.runtime.hf_rollout import HFServer
 
 

@@ -10,7 +10,7 @@ import pytest
 from conftest import REPO
 
 from longcat_plugins.config import compose, to_plain
-from longcat_plugins.runtime.assets import ensure_assets
+from longcat_plugins.learning.assets import ensure_assets
 from longcat_plugins.runtime.preflight import check_cpu_config
 
 RECIPE = REPO / "configs" / "cpu_demo.yaml"

@@ -22,9 +22,9 @@ from test_rewards_verl import make_batch, make_config, sync_bridge
 from longcat_plugins import RewardFunction, hookimpl
 from longcat_plugins.algorithms import masking
 from longcat_plugins.config import compose, validate_config, validate_section
+from longcat_plugins.learning.assets import ensure_assets
 from longcat_plugins.rewards import failures
 from longcat_plugins.rewards.result import ERROR_KEY, FAILED_KEY, NAME_KEY, VALID_KEY
-from longcat_plugins.runtime.assets import ensure_assets
 from longcat_plugins.testing import HostFactory
 
 REPO = Path(__file__).resolve().parents[1]

@@ -5,14 +5,11 @@ from __future__ import annotations
 
 import json
 import math
-import shutil
-import tempfile
-from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 
-from longcat_plugins.runtime.assets import ensure_assets
+from longcat_plugins.learning.assets import ensure_assets
 from longcat_plugins.runtime.launch import resolve_config, run_training
 
 pytestmark = [pytest.mark.slow, pytest.mark.ray]
@@ -48,13 +45,6 @@ def mixed_dataset(path: Path, n: int = 8) -> Path:
             )
     pd.DataFrame(rows).to_parquet(path)
     return path
-
-
-@pytest.fixture
-def ray_tmp() -> Iterator[Path]:
-    path = Path(tempfile.mkdtemp(prefix="lcray", dir="/tmp"))
-    yield path
-    shutil.rmtree(path, ignore_errors=True)
 
 
 def test_two_grpo_steps_with_the_router_on_mixed_data(tmp_path: Path, ray_tmp: Path) -> None:

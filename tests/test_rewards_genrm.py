@@ -199,7 +199,7 @@ def test_genrm_manager_in_verls_reward_loop_through_the_router_address(judge: Ju
     from test_rewards_verl import make_batch, make_config, sync_bridge
     from verl.experimental.reward_loop.reward_loop import RewardLoopWorker
 
-    from longcat_plugins.runtime.assets import ensure_assets
+    from longcat_plugins.learning.assets import ensure_assets
 
     sync_bridge()
     config = make_config(str(ensure_assets().model), "longcat_genrm", {"backoff_s": 0.01, "max_retries": 1})

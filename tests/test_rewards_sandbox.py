@@ -10,14 +10,11 @@ import dataclasses
 import json
 import math
 import os
-import shutil
 import socket
 import subprocess
 import sys
-import tempfile
 import threading
 import time
-from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -71,16 +68,6 @@ def assert_clean(sb: Sandbox) -> None:
     assert os.listdir(sb.work_root) == [], os.listdir(sb.work_root)
     if sb.level is not IsolationLevel.RLIMITS:
         assert uid_processes(sb) == []
-
-
-@pytest.fixture
-def work_root() -> Iterator[str]:
-    """A run-dir root the sandbox uid can reach and the namespaces level does not hide (not /tmp)."""
-    base = "/run" if os.geteuid() == 0 and os.path.isdir("/run") else None
-    path = tempfile.mkdtemp(prefix="lcsbx-test-", dir=base)
-    os.chmod(path, 0o711)
-    yield path
-    shutil.rmtree(path, ignore_errors=True)
 
 
 @pytest.fixture(params=LEVELS, ids=lambda lv: lv.value)

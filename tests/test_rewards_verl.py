@@ -17,8 +17,8 @@ import torch
 import verl  # noqa: F401 - loads the bridge, which registers our managers on registry import
 from omegaconf import OmegaConf
 
+from longcat_plugins.learning.assets import ensure_assets
 from longcat_plugins.rewards.result import ERROR_KEY, FAILED_KEY, NAME_KEY, VALID_KEY
-from longcat_plugins.runtime.assets import ensure_assets
 
 PY_ADD = "```python\na, b = map(int, input().split())\nprint(a + b)\n```"
 ADD_CASES = json.dumps({"inputs": ["1 2\n", "5 5\n"], "outputs": ["3\n", "10\n"]})

@@ -15,7 +15,7 @@ import ray
 import torch
 from omegaconf import OmegaConf
 
-from longcat_plugins.runtime.assets import Assets, ensure_assets
+from longcat_plugins.learning.assets import Assets, ensure_assets
 from longcat_plugins.runtime.hf_rollout import HFServer
 from longcat_plugins.schedulers.client import DoraLLMServerClient
 from longcat_plugins.schedulers.core.balancer import BalanceContext, greedy, place_migrations

@@ -14,7 +14,7 @@ import random
 
 import pytest
 
-from longcat_plugins.runtime.assets import Assets
+from longcat_plugins.learning.assets import Assets
 from longcat_plugins.schedulers.core.queue import is_fresh
 from longcat_plugins.schedulers.core.replicas import Actions, ReplicaRoller
 

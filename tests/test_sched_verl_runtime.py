@@ -14,7 +14,7 @@ import pytest
 import torch
 from omegaconf import OmegaConf
 
-from longcat_plugins.runtime.assets import Assets, ensure_assets
+from longcat_plugins.learning.assets import Assets, ensure_assets
 from longcat_plugins.runtime.hf_rollout import HFServer
 
 

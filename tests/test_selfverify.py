@@ -218,8 +218,8 @@ def test_prompt_tokens_count_what_must_fit_the_rollouts_prompt_length(tmp_path) 
     from transformers import AutoTokenizer
 
     from longcat_plugins.data.planned import prompt_tokens
-    from longcat_plugins.runtime.assets import build_tokenizer
-    from longcat_plugins.runtime.warmstart import VERIFY_PROMPT
+    from longcat_plugins.learning.arithmetic_warmstart import VERIFY_PROMPT
+    from longcat_plugins.learning.assets import build_tokenizer
 
     build_tokenizer(tmp_path, 0, task="chain")
     tok = AutoTokenizer.from_pretrained(tmp_path)

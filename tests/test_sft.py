@@ -1,4 +1,4 @@
-"""verl's SFT trainer on the CPU runtime (:mod:`longcat_plugins.runtime.sft`): bad input is
+"""verl's SFT trainer on the CPU runtime (:mod:`longcat_plugins.learning.sft`): bad input is
 refused in the driver, naming the argument, and leaves nothing behind."""
 
 from __future__ import annotations
@@ -8,7 +8,7 @@ from pathlib import Path
 import pandas as pd
 import pytest
 
-from longcat_plugins.runtime.sft import SFTConfig, SFTError, build_command, check_sft_inputs, run_sft
+from longcat_plugins.learning.sft import SFTConfig, SFTError, build_command, check_sft_inputs, run_sft
 
 
 def _messages(path: Path) -> Path:
@@ -81,9 +81,9 @@ def test_cached_dataset_gives_the_parents_items(tmp_path: Path) -> None:
     from transformers import AutoTokenizer
     from verl.utils.dataset.multiturn_sft_dataset import MultiTurnSFTDataset
 
-    from longcat_plugins.runtime.assets import build_tokenizer
-    from longcat_plugins.runtime.sft_dataset import CachedMultiTurnSFTDataset
-    from longcat_plugins.runtime.warmstart import split_questions, write_sft_parquet
+    from longcat_plugins.learning.arithmetic_warmstart import split_questions, write_sft_parquet
+    from longcat_plugins.learning.assets import build_tokenizer
+    from longcat_plugins.learning.sft_dataset import CachedMultiTurnSFTDataset
 
     build_tokenizer(tmp_path, 0, task="chain")
     tokenizer = AutoTokenizer.from_pretrained(tmp_path)
@@ -103,5 +103,5 @@ def test_cached_dataset_gives_the_parents_items(tmp_path: Path) -> None:
     first["input_ids"].zero_()
     assert torch.equal(cached[3]["input_ids"], plain[3]["input_ids"])
     cmd = build_command(tmp_path / "m", [data], tmp_path / "w", SFTConfig())
-    assert "data.custom_cls.path=pkg://longcat_plugins.runtime.sft_dataset" in cmd
+    assert "data.custom_cls.path=pkg://longcat_plugins.learning.sft_dataset" in cmd
     assert "data.custom_cls.name=CachedMultiTurnSFTDataset" in cmd

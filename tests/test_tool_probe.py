@@ -8,29 +8,17 @@ import json
 from typing import Any
 
 import pytest
+from env_agent_helpers import ScriptedModel
 
 from longcat_plugins.environments.envgen import generate_environments
 from longcat_plugins.environments.golden import hermes_call, sft_rows, task_infos
-from longcat_plugins.runtime.tool_probe import SHARES, play
-from longcat_plugins.runtime.tool_warmstart import RENDER, SHORT_CHAINS, TOOL_CHAT_TEMPLATE, build_tool_tokenizer
+from longcat_plugins.learning.tool_probe import SHARES, play
+from longcat_plugins.learning.tool_warmstart import RENDER, SHORT_CHAINS, build_tool_tokenizer
+from longcat_plugins.learning.warmstart import TOOL_CHAT_TEMPLATE
 
 
 class _TemplateOnly:
     chat_template = TOOL_CHAT_TEMPLATE
-
-
-class ScriptedModel:
-    """``generate`` answers each turn with the next scripted assistant text (then EOS)."""
-
-    def __init__(self, tokenizer: Any, turns: list[str]) -> None:
-        self.tokenizer, self.turns = tokenizer, list(turns)
-
-    def generate(self, prompt: Any, **kwargs: Any) -> Any:
-        import torch
-
-        text = self.turns.pop(0) if self.turns else "Done."
-        ids = self.tokenizer.encode(text, add_special_tokens=False) + [self.tokenizer.eos_token_id]
-        return torch.cat([prompt, torch.tensor([ids])], dim=1)
 
 
 @pytest.fixture(scope="module")

@@ -8,23 +8,25 @@ from pathlib import Path
 import pytest
 
 from longcat_plugins.config import compose, validate_config
-from longcat_plugins.runtime.assets import Assets
-from longcat_plugins.runtime.demos import prepare_demo
-from longcat_plugins.runtime.tool_warmstart import (
+from longcat_plugins.learning.assets import Assets
+from longcat_plugins.learning.demos import prepare_demo
+from longcat_plugins.learning.tool_warmstart import (
     HELD_OUT_METRIC,
     ToolWarmStart,
     WarmStartPlan,
     ensure_tool_warm_start,
     held_out_success,
-    static_lines,
     warm_overrides,
 )
+from longcat_plugins.learning.warmstart import static_lines
 
 REPO = Path(__file__).resolve().parents[1]
 
 
 def test_warm_overrides_compose_and_validate_with_the_tool_agent_recipe(tmp_path: Path) -> None:
-    warm = ToolWarmStart(*(tmp_path / n for n in ("root", "model", "base", "sft.parquet", "train", "val")))
+    warm = ToolWarmStart(
+        *(tmp_path / n for n in ("root", "model", "train", "val")), base=tmp_path / "base", sft=tmp_path / "sft.parquet"
+    )
     cfg = compose(REPO / "configs" / "tool_agent_cpu.yaml", warm_overrides(warm, 10))
     loop = cfg.longcat.settings.environment.longcat_tool_agent
     assert (
@@ -43,12 +45,14 @@ def test_the_tool_demo_starts_from_the_measured_plan_at_the_measured_rate(tmp_pa
     """``demo --recipe tool_agent`` (warm by default) builds exactly the plan its figures come from
     (bench/results/learning_tool_agent.json, demo_tool_agent.json: the ``toolwarm-tiny-seed0-878f39544c``
     warm start) and trains it at lr 3e-4 for 20 steps, validating every 4."""
-    from longcat_plugins.runtime.demos import TOOL_WARM_DEMO_STEPS, tool_warm_demo
-    from longcat_plugins.runtime.tool_warmstart import DEMO_PLAN, demo_plan
+    from longcat_plugins.learning.demos import TOOL_WARM_DEMO_STEPS, tool_warm_demo
+    from longcat_plugins.learning.tool_warmstart import DEMO_PLAN, demo_plan
 
     assert demo_plan("tiny") == DEMO_PLAN and DEMO_PLAN.key() == "878f39544c" and DEMO_PLAN.shortcuts == 1.0
     assert demo_plan("small").size == "small" and demo_plan("small").hidden_size == 0  # the size's own width
-    warm = ToolWarmStart(*(tmp_path / n for n in ("root", "model", "base", "sft.parquet", "train", "val")))
+    warm = ToolWarmStart(
+        *(tmp_path / n for n in ("root", "model", "train", "val")), base=tmp_path / "base", sft=tmp_path / "sft.parquet"
+    )
     demo = tool_warm_demo(warm, TOOL_WARM_DEMO_STEPS)
     cfg = compose(REPO / "configs" / "tool_agent_cpu.yaml", demo.overrides)
     assert cfg.actor_rollout_ref.actor.optim.lr == 3e-4 and cfg.trainer.total_training_steps == 20
@@ -115,7 +119,7 @@ def test_fitting_rows_drop_only_trajectories_longer_than_the_sft_length(tmp_path
 
     from longcat_plugins.environments.envgen import generate_environments
     from longcat_plugins.environments.golden import sft_rows, task_infos
-    from longcat_plugins.runtime.tool_warmstart import (
+    from longcat_plugins.learning.tool_warmstart import (
         RENDER,
         SHORT_CHAINS,
         TOOL_CHAT_TEMPLATE,
@@ -142,7 +146,7 @@ def test_fitting_rows_drop_only_trajectories_longer_than_the_sft_length(tmp_path
 def test_space_tokens_make_a_value_the_same_tokens_in_the_message_and_in_the_call(tmp_path: Path) -> None:
     from transformers import AutoTokenizer
 
-    from longcat_plugins.runtime.assets import build_tokenizer
+    from longcat_plugins.learning.assets import build_tokenizer
 
     corpus = [
         f'The shipment\'s tracking number is {code}. <tool_call>{{"tracking_number": "{code}"}}</tool_call>'
@@ -171,7 +175,7 @@ def test_tied_embeddings_and_width_are_plan_fields_that_keep_the_older_keys(tmp_
 
     from transformers import AutoModelForCausalLM
 
-    from longcat_plugins.runtime.assets import build_model, build_tokenizer
+    from longcat_plugins.learning.assets import build_model, build_tokenizer
 
     assert WarmStartPlan(tie_embeddings=False).key() == "3dd12334cb"  # unset: the default plan's directory
     assert WarmStartPlan(hidden_size=0).key() == "3dd12334cb"
@@ -238,7 +242,7 @@ def test_tool_rl_bench_unties_a_copy_with_the_same_function_and_keys_runs_by_set
     import torch
     from transformers import AutoModelForCausalLM
 
-    from longcat_plugins.runtime.assets import build_model, build_tokenizer
+    from longcat_plugins.learning.assets import build_model, build_tokenizer
 
     sys.path.insert(0, str(REPO / "bench"))
     try:

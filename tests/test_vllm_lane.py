@@ -19,7 +19,7 @@ from pathlib import Path
 
 import pytest
 
-from longcat_plugins.runtime.assets import Assets, ensure_assets
+from longcat_plugins.learning.assets import Assets, ensure_assets
 from longcat_plugins.runtime.launch import (
     FP32_TRAINING,
     RunResult,
@@ -51,7 +51,7 @@ def assert_weights_synced(steps: list[dict]) -> None:
 @pytest.fixture(scope="session")
 def warm32() -> Assets:
     """The tiny32 warm start, from the shared asset cache (built once, then reused by CI)."""
-    from longcat_plugins.runtime.warmstart import ensure_warm_start
+    from longcat_plugins.learning.arithmetic_warmstart import ensure_warm_start
 
     return ensure_warm_start(None, size="tiny32")
 
@@ -62,7 +62,7 @@ def assets32() -> Assets:
 
 
 def train_demo(warm: Assets, run_dir: Path, ray_tmp: Path, steps: int, *overrides: str) -> RunResult:
-    from longcat_plugins.runtime.demos import prepare_demo
+    from longcat_plugins.learning.demos import prepare_demo
 
     demo = prepare_demo("arithmetic", warm, steps, init="warm")
     result = run_training(
@@ -275,7 +275,7 @@ def test_dora_single_version_replicas_on_two_vllm_replicas(assets32: Assets, tmp
     request stopped with its partial output continues from that prefix on a replica holding the
     same version); every trained sample spans one version within the staleness bound, and every
     step trains a full batch."""
-    from longcat_plugins.runtime.demos import prepare_demo
+    from longcat_plugins.learning.demos import prepare_demo
 
     steps = 8
     demo = prepare_demo("dora", assets32, steps)

@@ -1,4 +1,4 @@
-"""Warm starts (:mod:`longcat_plugins.runtime.warmstart`): built with verl's real SFT trainer,
+"""Warm starts (:mod:`longcat_plugins.learning.arithmetic_warmstart`): built with verl's real SFT trainer,
 deterministic per seed, atomic, and scored with the exact-match reward's one answer form."""
 
 from __future__ import annotations
@@ -11,11 +11,7 @@ import pandas as pd
 import pytest
 from conftest import TEST_SFT_STEPS
 
-from longcat_plugins.rewards.arithmetic import compute_exact_score, exact_answer
-from longcat_plugins.runtime.assets import Assets
-from longcat_plugins.runtime.launch import heldout_accuracy, summary_rows
-from longcat_plugins.runtime.sft import SFTConfig, SFTError
-from longcat_plugins.runtime.warmstart import (
+from longcat_plugins.learning.arithmetic_warmstart import (
     VERDICT_CORRECT,
     VERDICT_INCORRECT,
     VERIFY_PROMPT,
@@ -28,6 +24,10 @@ from longcat_plugins.runtime.warmstart import (
     verification_messages,
     write_sft_parquet,
 )
+from longcat_plugins.learning.assets import Assets
+from longcat_plugins.learning.sft import SFTConfig, SFTError
+from longcat_plugins.rewards.arithmetic import compute_exact_score, exact_answer
+from longcat_plugins.runtime.launch import heldout_accuracy, summary_rows
 
 
 @pytest.mark.parametrize(
@@ -89,7 +89,7 @@ def test_verification_rows_are_the_phases_own_prompt() -> None:
 
     from longcat_plugins.data.selfverify import Judged, SelfVerification, parse_verdict, verification_reward
     from longcat_plugins.data.settings import SelfVerifySettings
-    from longcat_plugins.runtime.assets import chain_problem
+    from longcat_plugins.learning.assets import chain_problem
 
     sv = SelfVerification(
         SelfVerifySettings(prompt=VERIFY_PROMPT, correct=VERDICT_CORRECT, incorrect=VERDICT_INCORRECT)
@@ -181,7 +181,7 @@ def test_warm_demo_composes_with_the_exact_reward_and_greedy_validation(tiny_war
     """What ``demo`` (init warm) hands to verl passes validation and the CPU preflight, and
     scores with the exact-match reward, validating greedily before training and during it."""
     from longcat_plugins.config import compose, to_plain, validate_config
-    from longcat_plugins.runtime.demos import prepare_demo
+    from longcat_plugins.learning.demos import prepare_demo
     from longcat_plugins.runtime.launch import resolve_config
 
     demo = prepare_demo("arithmetic", tiny_warm_start, steps=6, init="warm")

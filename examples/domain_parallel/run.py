@@ -29,7 +29,8 @@ from typing import Any
 
 import yaml
 
-from longcat_plugins.runtime.assets import build_dataset, ensure_assets
+from longcat_plugins.evaluation.target import merge_actor_checkpoint
+from longcat_plugins.learning.assets import build_dataset, ensure_assets
 from longcat_plugins.runtime.launch import RunResult, resolve_config, run_training
 
 REPO = Path(__file__).resolve().parents[2]
@@ -95,22 +96,10 @@ def export_hf(result: RunResult, steps: int, target: Path) -> Path:
     actor = result.checkpoints / f"global_step_{steps}" / "actor"
     if target.exists():
         shutil.rmtree(target)
-    command = [
-        sys.executable,
-        "-m",
-        "verl.model_merger",
-        "merge",
-        "--backend",
-        "fsdp",
-        "--local_dir",
-        str(actor),
-        "--target_dir",
-        str(target),
-    ]
-    proc = subprocess.run(command, capture_output=True, text=True)
-    if proc.returncode != 0:
-        raise SystemExit(f"verl.model_merger failed for {actor}:\n{proc.stdout[-2000:]}\n{proc.stderr[-4000:]}")
-    return target
+    try:
+        return merge_actor_checkpoint(actor, target)
+    except RuntimeError as exc:
+        raise SystemExit(str(exc)) from exc
 
 
 def fuse_experts(workdir: Path, sft: Path, experts: dict[str, Path], template: Path) -> tuple[Path, dict[str, Any]]:

@@ -1,7 +1,8 @@
 """The tool-use environment contract: what an agent loop codes against (E1).
 
 An :class:`Environment` is one generated environment on disk (a tau2-bench-like folder: ``db.json``,
-``tools.json``, ``policy.md``, ``tasks.json``, ``domain.json``); it hands out isolated
+``tools.json``, ``policy.md``, ``tasks.json``, ``domain.json``; loaded by
+:func:`longcat_plugins.environments.runtime.load_environment`); it hands out isolated
 :class:`Episode` objects, one per rollout. Everything the model sees is a string; nothing an episode
 does raises on bad model input (a bad call is an error :class:`ToolResult`), so a rollout never dies
 on the policy's mistakes.
@@ -113,8 +114,20 @@ class Environment(Protocol):
         ...
 
 
-def load_environment(path: str | Path) -> Environment:
-    """Load one generated environment folder (see :mod:`longcat_plugins.environments.runtime`)."""
-    from longcat_plugins.environments.runtime import load_environment as _load
+def __getattr__(name: str) -> Any:
+    """``contract.load_environment``, for one release: it lives in :mod:`.runtime` now (the contract
+    is the family's leaf, so it names no implementation). Resolved by name so the contract keeps
+    no import of the runtime."""
+    if name == "load_environment":
+        import importlib
+        import warnings
 
-    return _load(path)
+        new = "longcat_plugins.environments.runtime"
+        warnings.warn(
+            f"{__name__}.load_environment moved to {new}.load_environment: import it from there "
+            "(the old path is removed in the next release)",
+            DeprecationWarning,
+            stacklevel=2,
+        )
+        return importlib.import_module(new).load_environment
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

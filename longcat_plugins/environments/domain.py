@@ -307,12 +307,27 @@ def _compile(spec: DomainSpec, t: ToolDef) -> ToolFn:  # noqa: C901 - one branch
         rec = view.get(e, k) or {}
         return {key: k, label: rec.get(label)}
 
-    if t.op == "find":
+    def parsed(op: ToolFn) -> ToolFn:
+        """The tool: its arguments checked and parsed (an error response if they are bad), then ``op``."""
 
-        def find(view: DBView, args: dict[str, Any], page_size: int) -> tuple[bool, Any]:
+        def tool(view: DBView, args: dict[str, Any], page_size: int) -> tuple[bool, Any]:
             a, err = _parse_args(t, args)
             if err:
                 return False, {"error": err}
+            return op(view, a, page_size)
+
+        return tool
+
+    def missing_parent(view: DBView, a: dict[str, Any]) -> str | None:
+        """The record ``t.by`` names in its parent entity does not exist (``list`` and ``count``)."""
+        parent = spec.entities[ent.fields[t.by].entity]
+        if view.get(parent.name, a[t.by]) is None:
+            return f"no {parent.name} with {parent.key} {a[t.by]!r}"
+        return None
+
+    if t.op == "find":
+
+        def find(view: DBView, a: dict[str, Any], page_size: int) -> tuple[bool, Any]:
             keys = view.where(e, t.by, a[t.by])
             for other in t.lookup[1:]:  # a two-key lookup: every key must match
                 keys = [k for k in keys if (view.get(e, k) or {}).get(other) == a[other]]
@@ -321,54 +336,41 @@ def _compile(spec: DomainSpec, t: ToolDef) -> ToolFn:  # noqa: C901 - one branch
                 return False, {"error": f"no {e} with {what}"}
             return True, brief(view, keys[0])
 
-        return find
+        return parsed(find)
     if t.op in ("search", "list"):
 
-        def listing(view: DBView, args: dict[str, Any], page_size: int) -> tuple[bool, Any]:
-            a, err = _parse_args(t, args)
+        def listing(view: DBView, a: dict[str, Any], page_size: int) -> tuple[bool, Any]:
+            err = missing_parent(view, a) if t.op == "list" else None
             if err:
                 return False, {"error": err}
-            if t.op == "list":
-                parent = spec.entities[ent.fields[t.by].entity]
-                if view.get(parent.name, a[t.by]) is None:
-                    return False, {"error": f"no {parent.name} with {parent.key} {a[t.by]!r}"}
             items = [brief(view, k) for k in view.where(e, t.by, a[t.by])]
             page = a.get("page", 1)
             if page < 1:
                 return False, {"error": "page must be >= 1"}
             return True, _page(items, page, page_size)
 
-        return listing
+        return parsed(listing)
     if t.op == "count":
 
-        def count(view: DBView, args: dict[str, Any], page_size: int) -> tuple[bool, Any]:
-            a, err = _parse_args(t, args)
+        def count(view: DBView, a: dict[str, Any], page_size: int) -> tuple[bool, Any]:
+            err = missing_parent(view, a)
             if err:
                 return False, {"error": err}
-            parent = spec.entities[ent.fields[t.by].entity]
-            if view.get(parent.name, a[t.by]) is None:
-                return False, {"error": f"no {parent.name} with {parent.key} {a[t.by]!r}"}
             return True, {"count": len(view.where(e, t.by, a[t.by]))}
 
-        return count
+        return parsed(count)
     if t.op == "get":
 
-        def get(view: DBView, args: dict[str, Any], page_size: int) -> tuple[bool, Any]:
-            a, err = _parse_args(t, args)
-            if err:
-                return False, {"error": err}
+        def get(view: DBView, a: dict[str, Any], page_size: int) -> tuple[bool, Any]:
             rec, err = fetch(view, a)
             if rec is None:
                 return False, {"error": err}
             return True, {key: a[key], **{f: rec.get(f) for f in t.fields}}
 
-        return get
+        return parsed(get)
     if t.op in ("update", "transition", "delete"):
 
-        def write(view: DBView, args: dict[str, Any], page_size: int) -> tuple[bool, Any]:
-            a, err = _parse_args(t, args)
-            if err:
-                return False, {"error": err}
+        def write(view: DBView, a: dict[str, Any], page_size: int) -> tuple[bool, Any]:
             rec, err = fetch(view, a)
             if rec is None:
                 return False, {"error": err}
@@ -398,13 +400,10 @@ def _compile(spec: DomainSpec, t: ToolDef) -> ToolFn:  # noqa: C901 - one branch
             view.put(e, a[key], new)
             return True, {key: a[key], t.field: new[t.field]}
 
-        return write
+        return parsed(write)
     if t.op == "create":
 
-        def create(view: DBView, args: dict[str, Any], page_size: int) -> tuple[bool, Any]:
-            a, err = _parse_args(t, args)
-            if err:
-                return False, {"error": err}
+        def create(view: DBView, a: dict[str, Any], page_size: int) -> tuple[bool, Any]:
             err = check_refs(view, a)
             if err:
                 return False, {"error": err}
@@ -420,5 +419,5 @@ def _compile(spec: DomainSpec, t: ToolDef) -> ToolFn:  # noqa: C901 - one branch
             view.put(e, new_key, new)
             return True, {key: new_key}
 
-        return create
+        return parsed(create)
     raise AssertionError(t.op)

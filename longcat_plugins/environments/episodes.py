@@ -22,7 +22,7 @@ def load_environment_cached(env_path: str) -> Any:
     with _env_lock:
         env = _env_cache.get(env_path)
         if env is None:
-            from longcat_plugins.environments.contract import load_environment
+            from longcat_plugins.environments.runtime import load_environment
 
             env = _env_cache[env_path] = load_environment(env_path)
         return env

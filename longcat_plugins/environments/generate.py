@@ -36,7 +36,7 @@ from longcat_plugins.environments.genconfig import GenConfig
 from longcat_plugins.environments.graph import ToolGraph
 from longcat_plugins.environments.rubric import renderings
 from longcat_plugins.environments.runtime import Task, ToolEnvironment
-from longcat_plugins.environments.spec import DomainSpec, ToolDef
+from longcat_plugins.environments.spec import DomainSpec, ToolDef, both_conditions
 from longcat_plugins.environments.user_sim import Fact
 from longcat_plugins.environments.values import ValueMaker
 
@@ -242,7 +242,7 @@ class _Builder:
         alts = list(alternatives) or [{}]
         self.rng.shuffle(alts)
         for alt in alts:
-            both = _merge(conds, alt)
+            both = both_conditions(conds, alt)
             if both is not None and self.pin(ctx, e, k, both, check_only=True):
                 self.pin(ctx, e, k, both, check_only=False)
                 return True
@@ -368,7 +368,7 @@ class _Builder:
                 if not self.pin(ctx, ref_e, rk, t.require.get(a, {}), check_only=True):
                     return False
             if not any(
-                (m := _merge(conds, alt)) is not None and self.pin(ctx, e, k, m, check_only=True)
+                (m := both_conditions(conds, alt)) is not None and self.pin(ctx, e, k, m, check_only=True)
                 for alt in (t.when_any or ({},))
             ):
                 return False
@@ -771,16 +771,6 @@ def _resolve(v: Any, results: list[Any], spec: DomainSpec, ctx: _Chain) -> Any:
         step_tool = spec.tools[ctx.steps[i].tool]
         return results[i][spec.entities[step_tool.entity].key]
     return v
-
-
-def _merge(a: dict[str, tuple[Any, ...]], b: dict[str, tuple[Any, ...]]) -> dict[str, tuple[Any, ...]] | None:
-    """Both conditions at once (allowed values intersect); None when some path can hold no value."""
-    out = dict(a)
-    for k, v in b.items():
-        out[k] = tuple(x for x in out[k] if x in v) if k in out else v
-        if not out[k]:
-            return None
-    return out
 
 
 class GenerationError(RuntimeError):

@@ -264,14 +264,18 @@ class DomainSpec:
             # one of several transitions: their conditions as alternatives (each one's when, with
             # each of its when_any alternatives)
             options = tuple(
-                both for _, when, alts in conds for alt in (alts or ({},)) if (both := _both(when, alt)) is not None
+                both
+                for _, when, alts in conds
+                for alt in (alts or ({},))
+                if (both := both_conditions(when, alt)) is not None
             )
             out.append(Rule("|".join(n for n, _, _ in conds), entity, field, to, {}, options))
         return out
 
 
-def _both(a: dict[str, tuple[Any, ...]], b: dict[str, tuple[Any, ...]]) -> dict[str, tuple[Any, ...]] | None:
-    """Two conditions at once (allowed values intersect); None when some path can hold no value."""
+def both_conditions(a: dict[str, tuple[Any, ...]], b: dict[str, tuple[Any, ...]]) -> dict[str, tuple[Any, ...]] | None:
+    """Two conditions at once (allowed values intersect); None when some path can hold no value.
+    The spec's rule expansion and the generator's pinning (:mod:`.generate`) both use it."""
     out = dict(a)
     for k, v in b.items():
         out[k] = tuple(x for x in out[k] if x in v) if k in out else v

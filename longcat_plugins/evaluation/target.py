@@ -130,7 +130,12 @@ def materialize(target: Target, work_dir: Path) -> Path:
         return target.checkpoint
     if is_hf_model(target.checkpoint / "huggingface"):
         return target.checkpoint / "huggingface"
-    merged = work_dir / "merged-model"
+    return merge_actor_checkpoint(target.checkpoint, work_dir / "merged-model")
+
+
+def merge_actor_checkpoint(actor: Path, out: Path) -> Path:
+    """verl's own model merger (``python -m verl.model_merger merge``) on a verl FSDP actor
+    checkpoint: an HF model directory at ``out``; a RuntimeError with the merger's last lines otherwise."""
     command = [
         sys.executable,
         "-m",
@@ -139,12 +144,12 @@ def materialize(target: Target, work_dir: Path) -> Path:
         "--backend",
         "fsdp",
         "--local_dir",
-        str(target.checkpoint),
+        str(actor),
         "--target_dir",
-        str(merged),
+        str(out),
     ]
     proc = subprocess.run(command, capture_output=True, text=True)
-    if proc.returncode != 0 or not is_hf_model(merged):
+    if proc.returncode != 0 or not is_hf_model(out):
         tail = "\n".join((proc.stdout + proc.stderr).splitlines()[-20:])
-        raise RuntimeError(f"verl's model merger failed on {target.checkpoint} (exit {proc.returncode}):\n{tail}")
-    return merged
+        raise RuntimeError(f"verl's model merger failed on {actor} (exit {proc.returncode}):\n{tail}")
+    return out

@@ -22,6 +22,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from longcat_plugins.fusion.dtypes import FLOAT_DTYPES, ITEMSIZE, torch_dtype
 from longcat_plugins.fusion.errors import CheckpointError
 
 if TYPE_CHECKING:
@@ -29,28 +30,6 @@ if TYPE_CHECKING:
 
 INDEX_FILE = "model.safetensors.index.json"
 SINGLE_FILE = "model.safetensors"
-#: safetensors dtype -> bytes per element
-ITEMSIZE = {
-    "F64": 8,
-    "F32": 4,
-    "F16": 2,
-    "BF16": 2,
-    "I64": 8,
-    "I32": 4,
-    "I16": 2,
-    "I8": 1,
-    "U64": 8,
-    "U32": 4,
-    "U16": 2,
-    "U8": 1,
-    "BOOL": 1,
-    "F8_E4M3": 1,
-    "F8_E5M2": 1,
-}
-#: merged in float32 and written back in their own dtype
-FLOAT_DTYPES = frozenset({"F64", "F32", "F16", "BF16"})
-#: copied from the base unchanged
-COPIED_DTYPES = frozenset({"I64", "I32", "I16", "I8", "U64", "U32", "U16", "U8", "BOOL"})
 _MAX_HEADER = 100 * 1024 * 1024
 
 
@@ -257,8 +236,6 @@ class _Reader:
         self, shard: Shard, info: TensorInfo, start: int, stop: int, out: torch.Tensor | None = None
     ) -> torch.Tensor:
         import torch
-
-        from longcat_plugins.fusion.writer import torch_dtype
 
         offset, nbytes = self._span(shard, info, start, stop)
         buf = torch.empty(nbytes, dtype=torch.uint8) if out is None else out[:nbytes]

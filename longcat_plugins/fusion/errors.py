@@ -4,10 +4,6 @@ run tells the user all that is wrong (which checkpoint, which file, which tensor
 from __future__ import annotations
 
 from collections.abc import Sequence
-from typing import TYPE_CHECKING
-
-if TYPE_CHECKING:
-    from longcat_plugins.fusion.checkpoint import Checkpoint
 
 
 class FusionError(Exception):
@@ -26,13 +22,15 @@ class _ProblemList(FusionError):
 class CheckpointError(_ProblemList):
     """A checkpoint directory that cannot be read: missing, missing shards, truncated files, bad index.
 
-    ``partial`` is the readable part of the checkpoint (the shards that parsed), when there is
-    one, so the caller can still compare its tensors and report their mismatches in the same run.
+    ``partial`` is the readable part of the checkpoint (the shards that parsed, as a
+    :class:`~longcat_plugins.fusion.checkpoint.Checkpoint`), when there is one, so the caller can still
+    compare its tensors and report their mismatches in the same run. It is typed ``object`` here
+    because the errors are the fusion family's leaf: the reader raises them, they never import it.
     """
 
     title = "checkpoint problem(s)"
 
-    def __init__(self, problems: Sequence[str], partial: Checkpoint | None = None) -> None:
+    def __init__(self, problems: Sequence[str], partial: object | None = None) -> None:
         super().__init__(problems)
         self.partial = partial
 

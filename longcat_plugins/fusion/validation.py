@@ -5,7 +5,8 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-from longcat_plugins.fusion.checkpoint import COPIED_DTYPES, FLOAT_DTYPES, Checkpoint
+from longcat_plugins.fusion.checkpoint import Checkpoint
+from longcat_plugins.fusion.dtypes import COPIED_DTYPES, FLOAT_DTYPES
 
 _DTYPE_HINT = (
     " (verl.model_merger writes bfloat16: convert the base the same way, "

@@ -15,32 +15,10 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from longcat_plugins.fusion.checkpoint import Shard, TensorInfo
+from longcat_plugins.fusion.dtypes import torch_dtype
 
 if TYPE_CHECKING:
     import torch
-
-TORCH_DTYPES = {
-    "F64": "float64",
-    "F32": "float32",
-    "F16": "float16",
-    "BF16": "bfloat16",
-    "I64": "int64",
-    "I32": "int32",
-    "I16": "int16",
-    "I8": "int8",
-    "U64": "uint64",
-    "U32": "uint32",
-    "U16": "uint16",
-    "U8": "uint8",
-    "BOOL": "bool",
-}
-
-
-def torch_dtype(code: str) -> torch.dtype:
-    """The torch dtype of a safetensors dtype code (``BF16`` -> ``torch.bfloat16``)."""
-    import torch
-
-    return getattr(torch, TORCH_DTYPES[code])
 
 
 class ShardWriter:

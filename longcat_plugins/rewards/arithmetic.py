@@ -4,7 +4,7 @@
 exactly: an all-zero reward makes every GRPO advantage zero, so besides exact correctness (1.0)
 it gives graded credit for answering with a number at all and for how close that number is.
 
-``arithmetic_exact`` is for a warm start (:mod:`longcat_plugins.runtime.warmstart`), which is
+``arithmetic_exact`` is for a warm start (:mod:`longcat_plugins.learning.arithmetic_warmstart`), which is
 partly right already: 1.0 only for the one clear answer form ``The answer is N.``, else 0.0.
 """
 

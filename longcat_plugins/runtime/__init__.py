@@ -1,5 +1,7 @@
 """Embedded CPU runtime: verl platform ``cpu``, the ``hf`` rollout, the ``object_store``
 checkpoint engine (weights to standalone replicas without an accelerator), and the fixes verl needs.
+The learning kit that builds tiny models, warm starts and demos on top of it is
+:mod:`longcat_plugins.learning`.
 
 :func:`install` is called by the verl bridge in every process that imports verl. The ``hf``
 rollout is always registered (it is a valid choice anywhere); the platform and the fixes
@@ -11,6 +13,9 @@ from __future__ import annotations
 from types import ModuleType
 
 from longcat_plugins.import_hooks import when_imported
+from longcat_plugins.runtime import moved
+
+moved.install()  # the learning kit's old paths (longcat_plugins.runtime.assets, ...) for one release
 
 HF_ROLLOUT = "hf"
 HF_ADAPTER = "longcat_plugins.runtime.hf_rollout.HFServerAdapter"

@@ -25,6 +25,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from longcat_plugins.rewards.result import RewardSetupError
+from longcat_plugins.rewards.sandbox.execution import CaseResult, ProcResult
 from longcat_plugins.rewards.sandbox.isolation import (
     IsolationLevel,
     blocked_for_other_users,
@@ -36,6 +37,7 @@ from longcat_plugins.rewards.sandbox.isolation import (
 from longcat_plugins.rewards.sandbox.languages import Language, get_language
 from longcat_plugins.rewards.sandbox.limits import COMPILE_LIMITS, Limits
 from longcat_plugins.rewards.sandbox.testcases import TestCase, TestSuite, stdout_matches, value_matches
+from longcat_plugins.rewards.sandbox.warm import run_warm_stdio
 
 logger = logging.getLogger(__name__)
 
@@ -89,35 +91,8 @@ def live_pids_of_uid(uid: int) -> list[int]:
     return pids
 
 
-@dataclass
-class ProcResult:
-    """One process tree's outcome."""
-
-    returncode: int | None
-    wall_s: float
-    stdout: str
-    stderr: str
-    timed_out: bool
-
-    @property
-    def status(self) -> str:
-        if self.timed_out or self.returncode in (-signal.SIGXCPU, -signal.SIGKILL):
-            return "time_limit"
-        if self.returncode == -signal.SIGXFSZ:
-            return "output_limit"
-        return "ok" if self.returncode == 0 else "runtime_error"
-
-
 class SandboxSetupError(RewardSetupError):
     """The sandbox cannot run this language at all here; raised, never scored as wrong answers."""
-
-
-@dataclass
-class CaseResult:
-    passed: bool
-    status: str  # passed, wrong_answer, runtime_error, time_limit, output_limit
-    wall_s: float = 0.0
-    detail: str = ""
 
 
 @dataclass
@@ -463,8 +438,6 @@ class Sandbox:
     ) -> None:
         """Every stdin/stdout case of a Python program in one warm interpreter, a fork per case
         (:func:`~longcat_plugins.rewards.sandbox.warm.run_warm_stdio`); compared here, outside."""
-        from longcat_plugins.rewards.sandbox.warm import run_warm_stdio
-
         inputs = [c.stdin for c in suite.cases]
         got = await run_warm_stdio(self, src, inputs, run_dir, io_dir, uid, python=lang.run[0])
         if got.compile_error is not None:

@@ -15,9 +15,9 @@ from __future__ import annotations
 import json
 from dataclasses import dataclass
 
+from longcat_plugins.rewards.sandbox.execution import CaseResult, Executor, ProcResult
 from longcat_plugins.rewards.sandbox.languages import get_language
 from longcat_plugins.rewards.sandbox.limits import Limits
-from longcat_plugins.rewards.sandbox.runner import CaseResult, ProcResult, Sandbox
 
 #: the marker that starts every result line of the harness (a case's own output cannot forge it:
 #: children write to /dev/null, and results come back over a private pipe)
@@ -140,7 +140,7 @@ def parse_results(res: ProcResult, n: int) -> list[CaseResult]:
 
 
 async def run_warm(
-    sandbox: Sandbox,
+    sandbox: Executor,
     cases: list[CodeCase],
     run_dir: str,
     io_dir: str,
@@ -166,7 +166,7 @@ async def run_warm(
 
 
 async def run_per_process(
-    sandbox: Sandbox,
+    sandbox: Executor,
     cases: list[CodeCase],
     run_dir: str,
     io_dir: str,
@@ -348,7 +348,7 @@ class StdioRun:
 
 
 async def run_warm_stdio(
-    sandbox: Sandbox,
+    sandbox: Executor,
     src: str,
     inputs: list[str],
     run_dir: str,

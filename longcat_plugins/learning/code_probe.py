@@ -54,7 +54,7 @@ def play(
 
     from longcat_plugins.environments.agent_loop import opening_messages, tool_message_body
     from longcat_plugins.environments.code_env.episode import CodeEnvSettings, CodeEpisode, get_task
-    from longcat_plugins.runtime.tool_probe import next_turn
+    from longcat_plugins.learning.tool_probe import next_turn
 
     task = get_task(str(info["task_dir"]))
     episode = CodeEpisode(task, pool, CodeEnvSettings(), pool.acquire(str(info["task_dir"])))

@@ -19,7 +19,6 @@ Everything is written into a temporary directory and renamed into place when com
 
 from __future__ import annotations
 
-import hashlib
 import json
 import random
 import string
@@ -29,60 +28,45 @@ from typing import Any
 
 from longcat_plugins.environments.generate import GenConfig
 from longcat_plugins.environments.golden import RenderSettings, sft_rows, task_infos, write_sft_parquet
-from longcat_plugins.runtime.assets import SIZES, build_model, build_tokenizer, building, default_cache_dir
+from longcat_plugins.learning.assets import build_model, building, check_size, default_cache_dir
+from longcat_plugins.learning.sft import SFTConfig
+from longcat_plugins.learning.warmstart import (
+    TOOL_CHAT_TEMPLATE,
+    AgentPlan,
+    WarmStart,
+    build_trajectory_tokenizer,
+    held_out,
+    plan_digest,
+    rl_overrides,
+    static_lines,
+    train_warm_start,
+)
 from longcat_plugins.runtime.launch import FP32_TRAINING
-from longcat_plugins.runtime.sft import SFTConfig
 
 DOMAIN = "retail"
-#: chat template of the tool-agent tokenizer: no newline after an assistant turn, because the
-#: model's own turn ends at its EOS and the agent loop appends the next message right after it;
-#: with this template the SFT token stream is the one the loop builds at rollout time.
-TOOL_CHAT_TEMPLATE = (
-    "{% for message in messages %}<|{{ message['role'] }}|>{{ message['content'] }}</s>"
-    "{% if message['role'] != 'assistant' %}\n{% endif %}{% endfor %}"
-    "{% if add_generation_prompt %}<|assistant|>{% endif %}"
-)
 #: short golden chains (the generator's minimum is a lookup then an action)
 SHORT_CHAINS = GenConfig(min_chain=1, max_chain=2)
-#: warm-up then cosine decay (verl's default is a constant learning rate)
-SFT_SCHEDULE = ("optim.lr_scheduler_type=cosine", "optim.lr_warmup_steps=10")
 #: how the warm start's trajectories are rendered; the demo's loop settings must agree
 RENDER = RenderSettings(tools_style="compact", render_tools="auto")
+#: a built tool-use warm start (the shared shape, :class:`~.warmstart.WarmStart`)
+ToolWarmStart = WarmStart
 
 
 @dataclass(frozen=True)
-class ToolWarmStart:
-    root: Path
-    model: Path
-    base: Path
-    sft: Path
-    train: Path
-    val: Path
+class WarmStartPlan(AgentPlan):
+    """What to build: sizes of the data and of the SFT run (its updates in all here)."""
 
-    def exists(self) -> bool:
-        return (self.model / "config.json").exists() and self.train.exists() and self.val.exists()
-
-
-@dataclass(frozen=True)
-class WarmStartPlan:
-    """What to build: sizes of the data and of the SFT run."""
-
-    size: str = "tiny"
-    seed: int = 0
     #: ~2.4 tasks each: ~950 distinct golden trajectories, so the arguments a call must copy vary
     #: (memorising fails, copying pays) rather than repeating 350 of them for many epochs
     train_envs: int = 400
     #: ~48 held-out tasks: one task is ~2 points of held-out success
     val_envs: int = 20
-    vocab_size: int = 1024
     #: SFT updates in all (epochs follow from the row count). Measured before: 99 updates of batch
     #: 32 (9 epochs of 353 trajectories) gave well-formed calls (93%) to the golden tool (23%) with
     #: never its arguments (0% greedy success): copying an id needs many more, smaller updates
     sft_steps: int = 400
-    sft_lr: float = 5e-3
-    sft_batch_size: int = 8
-    #: verl pads every sample to this length; the ~4% of trajectories longer than it (of 210-420
-    #: tokens, median ~265) are left out of the SFT data, which saves a third of every step
+    #: the ~4% of trajectories longer than this (of 210-420 tokens, median ~265) are left out of the
+    #: SFT data, which saves a third of every step
     sft_max_length: int = 352
     #: spaces as tokens of their own: with byte-level BPE the first letter of a value in the user's
     #: message ("is DKP72P" -> 'ĠD','K',...) is another token than in the call ('"DKP72P"' -> 'D','K',
@@ -98,7 +82,7 @@ class WarmStartPlan:
     #: id (``SHP-0003``) is one token of the tokenizer (:func:`value_tokens`): copying it is one
     #: content-based attention lookup rather than a ~6-token induction chain
     value_pool: int = 0
-    #: tied input and output embeddings (:func:`~longcat_plugins.runtime.assets.build_model`): the
+    #: tied input and output embeddings (:func:`~longcat_plugins.learning.assets.build_model`): the
     #: copy of a one-token value is then one circuit for all values rather than one learned per value
     #: token, most of which a few thousand trajectories show only a handful of times
     tie_embeddings: bool = False
@@ -124,7 +108,7 @@ class WarmStartPlan:
         for name, default in (*optional, ("hidden_size", 0), ("shortcuts", 0.0)):
             if fields[name] == default:
                 del fields[name]
-        return hashlib.sha1(json.dumps(fields, sort_keys=True).encode()).hexdigest()[:10]
+        return plan_digest(fields)
 
     def gen_config(self) -> GenConfig:
         """The generator's settings for both splits: short chains, pooled values if planned."""
@@ -142,18 +126,6 @@ class WarmStartPlan:
             seed=self.seed,
             total_steps=self.sft_steps,
         )
-
-
-def static_lines(rows: list[dict[str, Any]]) -> list[str]:
-    """Lines of the system prompts that recur across environments (the policy and tool signatures).
-
-    They become single tokens: a model reads them as symbols, and the prompt shrinks ~30x.
-    """
-    counts: dict[str, int] = {}
-    for row in rows:
-        for line in {ln for ln in row["messages"][0]["content"].split("\n") if len(ln) > 8}:
-            counts[line] = counts.get(line, 0) + 1
-    return sorted(line for line, n in counts.items() if n >= 2)
 
 
 #: record ids ``<prefix>-0001`` .. of each entity made single tokens under a value pool (an
@@ -183,17 +155,8 @@ def build_tool_tokenizer(
 ) -> None:
     """A BPE tokenizer trained on the rendered trajectories, plus the recurring system-prompt lines
     (and under a ``value_pool``, :func:`value_tokens`) as tokens."""
-    from jinja2 import Template
-    from transformers import AutoTokenizer
-
-    template = Template(TOOL_CHAT_TEMPLATE)
-    corpus = [template.render(messages=r["messages"], add_generation_prompt=False) for r in rows]
-    build_tokenizer(out, seed, vocab_size, corpus=corpus, chat_template=TOOL_CHAT_TEMPLATE, space_tokens=space_tokens)
-    tok = AutoTokenizer.from_pretrained(out)
-    tok.add_tokens(static_lines(rows))
-    if value_pool:
-        tok.add_tokens(value_tokens(value_pool))
-    tok.save_pretrained(out)
+    groups = [static_lines(rows), *([value_tokens(value_pool)] if value_pool else [])]
+    build_trajectory_tokenizer(out, rows, seed, vocab_size, groups, space_tokens)
 
 
 #: the plan ``demo --recipe tool_agent`` builds: 4,000 verl SFT updates of a 128-d tied model on
@@ -379,23 +342,19 @@ def fitting_rows(rows: list[dict[str, Any]], tokenizer_dir: Path, max_length: in
 def ensure_tool_warm_start(cache_dir: Path | None = None, plan: WarmStartPlan | None = None) -> ToolWarmStart:
     """Build (once) and return the tool-use warm start for ``plan`` (see the module doc)."""
     plan = plan or WarmStartPlan()
-    if plan.size not in SIZES:
-        raise ValueError(f"unknown model size {plan.size!r}; choices: {', '.join(SIZES)}")
+    check_size(plan.size)
     root = (cache_dir or default_cache_dir()) / f"toolwarm-{plan.size}-seed{plan.seed}-{plan.key()}"
-    built = ToolWarmStart(
-        root, root / "model", root / "base", root / "sft.parquet", root / "train.parquet", root / "val.parquet"
+    built = WarmStart(
+        root, root / "model", root / "train.parquet", root / "val.parquet", base=root / "base", sft=root / "sft.parquet"
     )
     if built.exists():
         return built
     with building(root) as tmp:
         rows = prepare_data(tmp, plan)
         _fix_env_paths(tmp, root.resolve())
-        from longcat_plugins.runtime.sft import run_sft
-
         config = plan.sft_config(len(rows))
-        run_sft(tmp / "base", tmp / "sft.parquet", tmp / "model", config, overrides=SFT_SCHEDULE)
         meta = {**asdict(plan), "sft_rows": len(rows), "sft_epochs": config.epochs}
-        (tmp / "warmstart.json").write_text(json.dumps(meta, indent=2))
+        train_warm_start(tmp, tmp / "base", tmp / "sft.parquet", config, meta)
     return built
 
 
@@ -431,20 +390,18 @@ def warm_overrides(warm: ToolWarmStart, steps: int) -> list[str]:
     ``steps // 5`` steps and after the last (the demo's ``held-out success`` line).
     """
     return [
-        f"actor_rollout_ref.model.path={warm.model}",
-        f"data.train_files={warm.train}",
-        f"data.val_files={warm.val}",
-        "data.max_prompt_length=192",  # the longest golden prompt is ~170 tokens with the tool tokenizer
-        "data.max_response_length=384",  # the longest golden trajectory's response is ~270
-        f"data.train_batch_size={RL_BATCH}",
-        "actor_rollout_ref.rollout.n=4",
-        f"actor_rollout_ref.actor.ppo_mini_batch_size={RL_BATCH}",
-        "actor_rollout_ref.actor.ppo_micro_batch_size_per_gpu=8",
-        "actor_rollout_ref.rollout.log_prob_micro_batch_size_per_gpu=8",
-        "actor_rollout_ref.ref.log_prob_micro_batch_size_per_gpu=8",
-        # 1e-3 (the arithmetic demo's) broke the copy of golden-only warm starts within 40 steps;
+        # the longest golden prompt is ~170 tokens with the tool tokenizer, the longest response ~270;
+        # lr 1e-3 (the arithmetic demo's) broke the copy of golden-only warm starts within 40 steps,
         # 3e-4 kept it and, on the demo's plan, unlearned the stop-early flaw (docs/learning.md)
-        "actor_rollout_ref.actor.optim.lr=3e-4",
+        *rl_overrides(
+            warm,
+            prompt_length=192,
+            response_length=384,
+            batch=RL_BATCH,
+            micro_batch=8,
+            lr=3e-4,
+            test_freq=max(1, steps // 5),
+        ),
         f"{_LOOP}.noise_curriculum.enabled=false",
         f"{_LOOP}.discard_turns=0",
         f"{_LOOP}.discard_turns_growth=0",
@@ -454,8 +411,6 @@ def warm_overrides(warm: ToolWarmStart, steps: int) -> list[str]:
         # failed episode, scaled by GRPO's std normalisation, pays a group for making fewer calls
         f"{_LOOP}.format_weight=0",
         *FP32_TRAINING,
-        "trainer.val_before_train=true",
-        f"trainer.test_freq={max(1, steps // 5)}",
     ]
 
 
@@ -465,5 +420,4 @@ HELD_OUT_METRIC = f"val-core/longcat_env/{DOMAIN}/acc/mean@1"
 
 def held_out_success(steps: list[dict[str, Any]]) -> tuple[float, float] | None:
     """(first, last) held-out success from a run's per-step metrics, or None without two validations."""
-    values = [s[HELD_OUT_METRIC] for s in steps if HELD_OUT_METRIC in s]
-    return (float(values[0]), float(values[-1])) if len(values) >= 2 else None
+    return held_out(steps, HELD_OUT_METRIC)

@@ -24,16 +24,23 @@ Each directory is written into a temporary sibling and renamed into place when c
 
 from __future__ import annotations
 
-import hashlib
 import json
 from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
 from longcat_plugins.environments.golden import RenderSettings
-from longcat_plugins.runtime.assets import SIZES, build_model, build_tokenizer, building, default_cache_dir
-from longcat_plugins.runtime.sft import SFTConfig
-from longcat_plugins.runtime.tool_warmstart import SFT_SCHEDULE, TOOL_CHAT_TEMPLATE, static_lines
+from longcat_plugins.learning.assets import build_model, building, check_size, default_cache_dir
+from longcat_plugins.learning.sft import SFTConfig
+from longcat_plugins.learning.warmstart import (
+    AgentPlan,
+    WarmStart,
+    build_trajectory_tokenizer,
+    plan_digest,
+    rl_overrides,
+    static_lines,
+    train_warm_start,
+)
 
 #: how the trajectories are rendered; ``code_agent_cpu.yaml`` (compact tools) and the code loop's
 #: default ``max_tool_response_chars`` agree
@@ -41,27 +48,14 @@ RENDER = RenderSettings(tools_style="compact", render_tools="auto", max_tool_res
 #: the validation metrics of the code loop's reward: ``acc`` (every hidden test passed) and the score
 HELD_OUT_METRIC = "val-core/longcat_code_env/acc/mean@1"
 HELD_OUT_SCORE = "val-aux/longcat_code_env/reward/mean@1"
+#: a built code-agent warm start (the shared shape, :class:`~.warmstart.WarmStart`)
+CodeWarmStart = WarmStart
 
 
 @dataclass(frozen=True)
-class CodeWarmStart:
-    root: Path
-    model: Path
-    base: Path
-    sft: Path
-    train: Path
-    val: Path
+class CodeWarmStartPlan(AgentPlan):
+    """What to build: the task knobs, the data sizes and the SFT run (its epochs here)."""
 
-    def exists(self) -> bool:
-        return (self.model / "config.json").exists() and self.train.exists() and self.val.exists()
-
-
-@dataclass(frozen=True)
-class CodeWarmStartPlan:
-    """What to build: the task knobs, the data sizes and the SFT run."""
-
-    size: str = "tiny"
-    seed: int = 0
     train_tasks: int = 192
     val_tasks: int = 32
     #: task knobs: a broken function (partial credit before the fix), no distractors, no sub-packages
@@ -71,21 +65,12 @@ class CodeWarmStartPlan:
     hidden: int = 4
     #: every n-th trajectory searches for the function first (0: never)
     search_every: int = 0
-    vocab_size: int = 1024
     sft_epochs: int = 12
-    sft_lr: float = 5e-3
-    sft_batch_size: int = 8
-    #: verl pads every sample to this length (the longest trajectory is measured in the tests)
-    sft_max_length: int = 256
-
-    def key(self) -> str:
-        """A short digest of every field: a changed plan builds into its own cache directory."""
-        return hashlib.sha1(json.dumps(asdict(self), sort_keys=True).encode()).hexdigest()[:10]
 
     def data_key(self) -> str:
         """The digest of the fields the data depends on (not the SFT run's)."""
         data = {k: v for k, v in asdict(self).items() if not k.startswith("sft_")}
-        return hashlib.sha1(json.dumps(data, sort_keys=True).encode()).hexdigest()[:10]
+        return plan_digest(data)
 
     def sft_config(self) -> SFTConfig:
         return SFTConfig(
@@ -137,15 +122,8 @@ def call_pieces(rows: list[dict[str, Any]]) -> list[str]:
 def build_code_tokenizer(out: Path, rows: list[dict[str, Any]], seed: int, vocab_size: int) -> None:
     """BPE on the rendered trajectories, plus the recurring prompt lines, source lines and call
     skeletons as tokens."""
-    from jinja2 import Template
-    from transformers import AutoTokenizer
-
-    template = Template(TOOL_CHAT_TEMPLATE)
-    corpus = [template.render(messages=r["messages"], add_generation_prompt=False) for r in rows]
-    build_tokenizer(out, seed, vocab_size, corpus=corpus, chat_template=TOOL_CHAT_TEMPLATE)
-    tok = AutoTokenizer.from_pretrained(out)
-    tok.add_tokens(sorted(set(static_lines(rows)) | set(code_lines(rows)) | set(call_pieces(rows))))
-    tok.save_pretrained(out)
+    pieces = sorted(set(static_lines(rows)) | set(code_lines(rows)) | set(call_pieces(rows)))
+    build_trajectory_tokenizer(out, rows, seed, vocab_size, [pieces])
 
 
 def write_split(out: Path, final: Path, n: int, seed: int, plan: CodeWarmStartPlan, split: str) -> Path:
@@ -193,13 +171,12 @@ def prepare_data(tmp: Path, root: Path, plan: CodeWarmStartPlan) -> list[dict[st
 
 def code_warm_start_paths(cache_dir: Path | None, plan: CodeWarmStartPlan) -> CodeWarmStart:
     """Where the warm start for ``plan`` lives (built or not)."""
-    if plan.size not in SIZES:
-        raise ValueError(f"unknown model size {plan.size!r}; choices: {', '.join(SIZES)}")
+    check_size(plan.size)
     cache = (cache_dir or default_cache_dir()).resolve()
     data = cache / f"codewarm-data-{plan.size}-seed{plan.seed}-{plan.data_key()}"
     root = cache / f"codewarm-{plan.size}-seed{plan.seed}-{plan.key()}"
-    return CodeWarmStart(
-        root, root / "model", data / "base", data / "sft.parquet", data / "train.parquet", data / "val.parquet"
+    return WarmStart(
+        root, root / "model", data / "train.parquet", data / "val.parquet", base=data / "base", sft=data / "sft.parquet"
     )
 
 
@@ -219,10 +196,7 @@ def ensure_code_warm_start(cache_dir: Path | None = None, plan: CodeWarmStartPla
         with building(data) as tmp:
             prepare_data(tmp, data, plan)
     with building(root) as tmp:
-        from longcat_plugins.runtime.sft import run_sft
-
-        run_sft(built.base, built.sft, tmp / "model", plan.sft_config(), overrides=SFT_SCHEDULE)
-        (tmp / "warmstart.json").write_text(json.dumps({**asdict(plan), "data": str(data)}, indent=2))
+        train_warm_start(tmp, built.base, built.sft, plan.sft_config(), {**asdict(plan), "data": str(data)})
     return built
 
 
@@ -238,26 +212,7 @@ def warm_overrides(warm: CodeWarmStart, steps: int) -> list[str]:
     tasks before training, every ``steps // 3`` steps and after the last.
     """
     return [
-        f"actor_rollout_ref.model.path={warm.model}",
-        f"data.train_files={warm.train}",
-        f"data.val_files={warm.val}",
-        "data.max_prompt_length=192",
-        "data.max_response_length=256",
-        "data.train_batch_size=4",
-        "actor_rollout_ref.rollout.n=4",
-        "actor_rollout_ref.actor.ppo_mini_batch_size=4",
-        "actor_rollout_ref.actor.ppo_micro_batch_size_per_gpu=16",
-        "actor_rollout_ref.rollout.log_prob_micro_batch_size_per_gpu=16",
-        "actor_rollout_ref.ref.log_prob_micro_batch_size_per_gpu=16",
-        "actor_rollout_ref.actor.optim.lr=1e-4",
+        *rl_overrides(warm, prompt_length=192, response_length=256, batch=4, micro_batch=16, lr=1e-4, test_freq=steps),
         f"{_LOOP}.max_turns=4",
         f"{_LOOP}.max_turn_tokens=96",
-        "trainer.val_before_train=true",
-        f"trainer.test_freq={steps}",
     ]
-
-
-def held_out(steps: list[dict[str, Any]], metric: str = HELD_OUT_METRIC) -> tuple[float, float] | None:
-    """(first, last) held-out value of ``metric`` from a run's per-step metrics; None without two validations."""
-    values = [s[metric] for s in steps if metric in s]
-    return (float(values[0]), float(values[-1])) if len(values) >= 2 else None

@@ -2,7 +2,7 @@
 locally built data it needs, so every family can be seen end to end on a laptop.
 
 - ``arithmetic``: GRPO on the arithmetic task (``cpu_demo.yaml``). By default on a warm start
-  (:mod:`.warmstart`: the ``a+b-c`` variant, SFT-ed until partly right) with the exact-match
+  (:mod:`.arithmetic_warmstart`: the ``a+b-c`` variant, SFT-ed until partly right) with the exact-match
   reward and greedy held-out validation every few steps; ``--init random`` trains the random
   model on the one-operation task with the partial-credit reward instead.
 - ``tool_agent``: GRPO through the ``longcat_tool_agent`` agent loop on generated ``retail``
@@ -28,11 +28,11 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from longcat_plugins.runtime.assets import Assets
+from longcat_plugins.learning.assets import Assets
 from longcat_plugins.runtime.launch import configs_dir
 
 if TYPE_CHECKING:
-    from longcat_plugins.runtime.tool_warmstart import ToolWarmStart
+    from longcat_plugins.learning.tool_warmstart import ToolWarmStart
 
 #: recipe name -> (config in configs/, one line for ``--help``)
 RECIPES: dict[str, tuple[str, str]] = {
@@ -107,7 +107,7 @@ WARM_OVERRIDES = [
 
 def prepare_demo(recipe: str, built: Assets, steps: int, init: str = "random") -> Demo:
     """The recipe's config and the overrides that point it at locally built data (``init``:
-    ``warm`` when ``built`` is a warm start, see :func:`.warmstart.ensure_warm_start`)."""
+    ``warm`` when ``built`` is a warm start, see :func:`.arithmetic_warmstart.ensure_warm_start`)."""
     if recipe not in RECIPES:
         raise ValueError(f"unknown demo recipe {recipe!r}; choices: {', '.join(RECIPES)}")
     if init not in ("warm", "random"):
@@ -136,12 +136,12 @@ def prepare_demo(recipe: str, built: Assets, steps: int, init: str = "random") -
             f"trainer.test_freq={min(WARM_TEST_FREQ, steps)}",
         ]
     elif recipe == "tool_agent" and init == "warm":
-        from longcat_plugins.runtime.tool_warmstart import demo_plan, ensure_tool_warm_start
+        from longcat_plugins.learning.tool_warmstart import demo_plan, ensure_tool_warm_start
 
         size = json.loads((built.root / "assets.json").read_text()).get("size", "tiny")
         return tool_warm_demo(ensure_tool_warm_start(built.root.parent, demo_plan(size)), steps)
     elif recipe == "code_agent" and init == "warm":
-        from longcat_plugins.runtime import code_warmstart
+        from longcat_plugins.learning import code_warmstart
 
         size = json.loads((built.root / "assets.json").read_text()).get("size", "tiny")
         plan = code_warmstart.CodeWarmStartPlan(size=size)
@@ -172,7 +172,7 @@ def prepare_demo(recipe: str, built: Assets, steps: int, init: str = "random") -
 
 def tool_warm_demo(warm: ToolWarmStart, steps: int) -> Demo:
     """The tool-agent demo on ``warm`` (any plan's warm start: the demo's, or a bench candidate's)."""
-    from longcat_plugins.runtime.tool_warmstart import warm_overrides
+    from longcat_plugins.learning.tool_warmstart import warm_overrides
 
     overrides = [f"trainer.total_training_steps={steps}", f"trainer.save_freq={steps}", *warm_overrides(warm, steps)]
     return Demo(RECIPES["tool_agent"][0], overrides)
@@ -201,7 +201,7 @@ def _code_agent_data(out: Path) -> tuple[Path, Path]:
     import pandas as pd
 
     from longcat_plugins.environments.code_env.tasks import write_tasks
-    from longcat_plugins.runtime.assets import building
+    from longcat_plugins.learning.assets import building
 
     out = out.resolve()
     tasks, val = out / "tasks.parquet", out / "val.parquet"

@@ -8,7 +8,7 @@ tokenizer at ``out``. verl's checkpoint handler writes that export (``hf_model``
 built in a temporary sibling directory and renamed into place only when complete, so an
 interrupted or failed run leaves nothing at ``out``.
 
-Warm starts (:mod:`.assets`) and the tool-use warm start build on this one function.
+The warm starts (:mod:`.warmstart` and its specialisations) build on this one function.
 """
 
 from __future__ import annotations
@@ -107,7 +107,7 @@ def build_command(
         f"data.max_length={config.max_length}",
         "data.num_workers=0",
         # each example tokenized once, not once per epoch (same batches, same weights)
-        "data.custom_cls.path=pkg://longcat_plugins.runtime.sft_dataset",
+        "data.custom_cls.path=pkg://longcat_plugins.learning.sft_dataset",
         "data.custom_cls.name=CachedMultiTurnSFTDataset",
         f"optim.lr={config.lr}",
         "trainer.device=cpu",

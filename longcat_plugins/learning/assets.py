@@ -50,6 +50,12 @@ SIZES: dict[str, ModelSize] = {
 }
 
 
+def check_size(size: str) -> None:
+    """Refuse a model size :data:`SIZES` does not define, naming the choices."""
+    if size not in SIZES:
+        raise ValueError(f"unknown model size {size!r}; choices: {', '.join(SIZES)}")
+
+
 @dataclass(frozen=True)
 class Assets:
     root: Path
@@ -229,8 +235,7 @@ def ensure_assets(
     Written into a temporary directory and renamed when complete, so an interrupted build
     never leaves a half-written asset set behind.
     """
-    if size not in SIZES:
-        raise ValueError(f"unknown model size {size!r}; choices: {', '.join(SIZES)}")
+    check_size(size)
     root = (cache_dir or default_cache_dir()) / f"arithmetic-{size}-seed{seed}"
     assets = Assets(root, root / "model", root / "train.parquet", root / "val.parquet")
     if assets.exists():

@@ -1,5 +1,5 @@
-"""Warm starts: a tiny model supervised-fine-tuned (with verl's SFT trainer) until it is *partly*
-right on a task, so GRPO has signal to learn from.
+"""The arithmetic warm start (:mod:`.warmstart`'s base on the ``chain`` task): a tiny model
+supervised-fine-tuned (with verl's SFT trainer) until it is *partly* right, so GRPO has signal to learn from.
 
 A random-init model almost never answers exactly, so every group's rewards are equal and
 GRPO's advantages are zero. A warm start answers some held-out questions right greedily and
@@ -22,19 +22,19 @@ from dataclasses import asdict
 from itertools import product
 from pathlib import Path
 
-from longcat_plugins.runtime.assets import (
+from longcat_plugins.learning.assets import (
     CHAIN_MAX,
-    SIZES,
-    Assets,
     answer_text,
     build_model,
     build_tokenizer,
     building,
     chain_problem,
+    check_size,
     default_cache_dir,
     write_rl_rows,
 )
-from longcat_plugins.runtime.sft import SFTConfig, run_sft
+from longcat_plugins.learning.sft import SFTConfig, run_sft
+from longcat_plugins.learning.warmstart import WarmStart
 
 TASK = "chain"
 #: the SFT that makes the tiny model's arithmetic mostly right (70% of held-out answers) while
@@ -138,7 +138,7 @@ def ensure_warm_start(
     n_val: int = N_VAL,
     share: float = ANSWER_SHARE,
     verdicts: float = 0.0,
-) -> Assets:
+) -> WarmStart:
     """Build (once) and return a warm-started model with its RL train/validation parquets.
 
     ``Assets.model`` is the SFT checkpoint; ``root/base`` the random-init model it started from;
@@ -147,13 +147,14 @@ def ensure_warm_start(
     training questions (:func:`verification_messages`), so the warm start writes verdicts;
     ``warm.json`` then records their greedy accuracy on the held-out questions.
     """
-    if size not in SIZES:
-        raise ValueError(f"unknown model size {size!r}; choices: {', '.join(SIZES)}")
+    check_size(size)
     if not 0.0 <= verdicts <= 1.0:
         raise ValueError(f"verdicts must be a share in [0, 1], got {verdicts!r}")
     judge = f"-vd{verdicts:g}" if verdicts else ""
     root = (cache_dir or default_cache_dir()) / f"warm-{TASK}-{size}-seed{seed}-v{n_val}-a{share:g}{judge}-{sft.key()}"
-    assets = Assets(root, root / "model", root / "train.parquet", root / "val.parquet")
+    assets = WarmStart(
+        root, root / "model", root / "train.parquet", root / "val.parquet", base=root / "base", sft=root / "sft.parquet"
+    )
     if assets.exists() and (root / "warm.json").exists():
         return assets
     with building(root) as tmp:
