@@ -38,6 +38,8 @@ import time
 from pathlib import Path
 from typing import Any
 
+from provenance import earlier, provenance, stamp  # bench/provenance.py: the record every bench writes
+
 from longcat_plugins.runtime.assets import ensure_assets
 from longcat_plugins.runtime.launch import configs_dir, run_training
 from longcat_plugins.schedulers.workload import AGENT_NAME, write_skewed_dataset
@@ -118,6 +120,7 @@ def main() -> None:
     parser.add_argument("--out", type=Path, default=Path("bench/results"))
     parser.add_argument("--device", choices=("cpu", "cuda"), default="cpu", help="trainer.device of every run")
     args = parser.parse_args()
+    origin = provenance(seeds=[])  # the bench sets no seed: the recipe's own
     if args.device == "cuda":
         import torch
 
@@ -161,6 +164,7 @@ def main() -> None:
 
     args.out.mkdir(parents=True, exist_ok=True)
     target = args.out / "dora_cpu.json"
+    kept = earlier(target)  # the other device's records are kept below
     if target.exists():  # keep the other device's records
         results = [
             r for r in json.loads(target.read_text())["results"] if r.get("device", "cpu") != args.device
@@ -177,7 +181,7 @@ def main() -> None:
         "results": results,
     }
     tmp = target.with_suffix(".tmp")
-    tmp.write_text(json.dumps(report, indent=2))
+    tmp.write_text(json.dumps(stamp(report, origin, kept), indent=2))
     os.replace(tmp, target)
     plot(results, args.out / "dora_cpu.png")
     print(f"wrote {target} and {args.out / 'dora_cpu.png'}")

@@ -116,18 +116,32 @@ def provenance(seeds: list[int] | dict[str, int] | None = None, command: list[st
     }
 
 
-def appended(previous: Any, record: dict[str, Any], had_rows: bool) -> list[dict[str, Any]]:
-    """The records of a file that ``--append`` extends: the old ones, then this invocation's.
+def earlier(path: Path, append: bool = True) -> list[dict[str, Any]]:
+    """The records an ``--append`` run keeps: those of the file it extends, read before it writes.
 
-    An old file with rows but no record keeps an ``{"unrecorded": ...}`` entry, which
+    An old file with rows but no record yields an ``{"unrecorded": ...}`` entry, which
     :func:`missing` rejects: appending must not make old figures look accounted for."""
+    if not append or not path.is_file():
+        return []
+    import json
+
+    old = json.loads(path.read_text())
+    if not isinstance(old, dict):
+        return []
+    previous = old.get("provenance")
     if isinstance(previous, dict):
-        old = [previous]
-    elif isinstance(previous, list):
-        old = list(previous)
-    else:
-        old = [{"unrecorded": "rows written before this file recorded provenance"}] if had_rows else []
-    return [*old, record]
+        return [previous]
+    if isinstance(previous, list):
+        return list(previous)
+    had_rows = any(isinstance(v, list) and v for k, v in old.items())
+    return [{"unrecorded": "rows written before this file recorded provenance"}] if had_rows else []
+
+
+def stamp(payload: dict[str, Any], record: dict[str, Any], kept: list[dict[str, Any]] | None = None) -> dict[str, Any]:
+    """``payload`` with its ``provenance`` first: this run's record, after the ``kept`` ones of an
+    ``--append`` run (then a list, one record per invocation)."""
+    rest = {k: v for k, v in payload.items() if k != "provenance"}
+    return {"provenance": [*kept, record] if kept else record, **rest}
 
 
 def _missing_one(record: Any, where: str) -> list[str]:
