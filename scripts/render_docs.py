@@ -211,7 +211,9 @@ def self_verification(d: dict[str, Any]) -> list[str]:
         "held-out before → after",
         "held-out, mean of steps 20/25/30",
     )
-    for r in sorted(d["runs"], key=lambda r: (-r["verdicts"], r["mode"] != "selfverify", r["max_steps"] or 0, r["seed"])):
+    for r in sorted(
+        d["runs"], key=lambda r: (-r["verdicts"], r["mode"] != "selfverify", r["max_steps"] or 0, r["seed"])
+    ):
         on = r["mode"] == "selfverify"
         late = [c["heldout"] for c in r["curve"] if c["step"] in (20, 25, 30) and c["heldout"] is not None]
         out.append(
@@ -363,10 +365,25 @@ def tool_selection(d: dict[str, Any]) -> list[str]:
                 f"{r['tasks']} × {r['n']}",
                 f"{r['s_with_mean']:.3f}",
                 f"{r['s_without_mean']:.3f}",
-                f"{r['kept']} / {r['tasks']}" + ("" if len(taus) == 1 else f" (τ = {r['tau1']:g}, {r['tau2']:g}, {r['tau3']:g})"),
+                f"{r['kept']} / {r['tasks']}"
+                + ("" if len(taus) == 1 else f" (τ = {r['tau1']:g}, {r['tau2']:g}, {r['tau3']:g})"),
                 f"{r['wall_s']:.1f} s",
             )
         )
+    return out
+
+
+# --- the shipped tool graphs (docs/environments.md): facts of the specs, computed, not measured ----
+
+
+def tool_graphs(_: Any) -> list[str]:
+    from longcat_plugins.environments.graph import ToolGraph
+    from longcat_plugins.environments.spec import BUILTIN_SPECS, load_spec
+
+    out = header("domain", "tools", "edges", "density", "roots")
+    for path in sorted(BUILTIN_SPECS.glob("*.yaml")):
+        stats = ToolGraph.build(load_spec(path)).stats()
+        out.append(row(f"`{path.stem}`", stats["tools"], stats["edges"], f"{stats['density']:.3f}", stats["roots"]))
     return out
 
 
@@ -382,6 +399,7 @@ TABLES: dict[str, tuple[str, Renderer]] = {
     "data_summary": ("bench/results/archive/data.json", data_summary),
     "learning": ("bench/results/archive/learning.json", learning),
     "tool_selection": ("bench/results/archive/tool_selection.json", tool_selection),
+    "tool_graphs": ("longcat_plugins/environments/domains", tool_graphs),
 }
 
 
@@ -392,9 +410,10 @@ def render_table(name: str, file: str, where: str) -> str:
     if file != source:
         raise SystemExit(f"{where}: results-table {name!r} names {file}, but it is rendered from {source}")
     path = REPO / source
-    if not path.is_file():
+    if not path.exists():
         raise SystemExit(f"{where}: results-table {name!r}: {source} does not exist")
-    return "\n".join(renderer(json.loads(path.read_text()))) + "\n"
+    data = json.loads(path.read_text()) if path.is_file() else None  # a folder: the renderer reads the code
+    return "\n".join(renderer(data)) + "\n"
 
 
 def render(text: str, doc: str) -> tuple[str, list[str]]:
