@@ -373,6 +373,63 @@ def tool_selection(d: dict[str, Any]) -> list[str]:
     return out
 
 
+# --- archive/warm_starts.json (docs/learning.md) ------------------------------------------------
+
+
+def warm_starts(d: dict[str, Any]) -> list[str]:
+    out = header("size", "SFT epochs", "lr", "credited-form share of SFT targets", "form", "arith", "exact", "pass@8")
+    for c in d["candidates"]:
+        g = c["greedy"]
+        out.append(
+            row(
+                c["size"],
+                c["epochs"],
+                f"{c['lr']:.0e}".replace("e-0", "e-"),
+                f"{c['share']:g}",
+                pct(g["form"]),
+                pct(g["arith"]),
+                pct(g["exact"]),
+                pct(c["pass_at_8"]),
+            )
+        )
+    return out
+
+
+# --- archive/fusion.json (docs/fusion.md) -------------------------------------------------------
+
+
+def fusion(d: dict[str, Any]) -> list[str]:
+    mk = d.get("mergekit_version", "?")
+    out = header(
+        "method",
+        "runs (ours, mergekit `float32`, default)",
+        "ours: wall / peak RSS",
+        f"mergekit {mk} `float32`: wall / peak RSS",
+        f"mergekit {mk} default dtype: wall / peak RSS",
+        "ours / mergekit wall (float32, default)",
+        "ours: read floor / wall",
+    )
+
+    def cell(x: dict[str, Any] | None) -> str:
+        return "–" if x is None else f"{x['median_wall_s']:.1f} s / {x['max_rss_mb']:.0f} MiB"
+
+    for method, tools in d["summary"].items():
+        ours, f32, dflt = tools.get("ours_float32"), tools.get("mergekit_float32"), tools.get("mergekit_default")
+        ratios = [f"{ours['median_wall_s'] / m['median_wall_s']:.2f}" for m in (f32, dflt) if ours and m]
+        out.append(
+            row(
+                f"`{method}`",
+                ", ".join(str(x["runs"]) if x else "0" for x in (ours, f32, dflt)),
+                cell(ours),
+                cell(f32) if f32 or dflt else "(no mergekit counterpart)",
+                cell(dflt) if f32 or dflt else "",
+                ", ".join(ratios) if ratios else "-",
+                f"{ours['fraction_of_read_floor']:.2f}" if ours else "–",
+            )
+        )
+    return out
+
+
 # --- the shipped tool graphs (docs/environments.md): facts of the specs, computed, not measured ----
 
 
@@ -400,6 +457,8 @@ TABLES: dict[str, tuple[str, Renderer]] = {
     "learning": ("bench/results/archive/learning.json", learning),
     "tool_selection": ("bench/results/archive/tool_selection.json", tool_selection),
     "tool_graphs": ("longcat_plugins/environments/domains", tool_graphs),
+    "warm_starts": ("bench/results/archive/warm_starts.json", warm_starts),
+    "fusion": ("bench/results/archive/fusion.json", fusion),
 }
 
 
