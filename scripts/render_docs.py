@@ -430,6 +430,50 @@ def fusion(d: dict[str, Any]) -> list[str]:
     return out
 
 
+# --- archive/heavy_thinking.json (docs/environments.md) -----------------------------------------
+
+
+def heavy_thinking(d: dict[str, Any]) -> list[str]:
+    groups: dict[tuple[str, str, int], list[dict[str, Any]]] = {}
+    for r in d["runs"]:
+        groups.setdefault((r["model"], r["mode"], r["k"]), []).append(r)
+    rank = ["warm", "heavy_rl", "grpo", "heavy_summary"]  # the warm start, then the trained checkpoints
+    models = sorted(
+        dict.fromkeys(m for m, _, _ in groups),
+        key=lambda m: next((i for i, r in enumerate(rank) if m == r or m.startswith(r + "-")), len(rank)),
+    )
+    seeds = sorted({r["seed"] for r in d["runs"]})
+    out = header(
+        "model",
+        "mode",
+        "k",
+        f"pass@1, seeds {' / '.join(map(str, seeds))}",
+        "mean",
+        "generated tokens (mean)",
+        "final answers in the credited form",
+    )
+    for model in models:
+        # at equal generations: sampling k beside heavy thinking with k - 1 candidates and a summary
+        keys = sorted(
+            (k for k in groups if k[0] == model), key=lambda k: (k[2] + (k[1] != "sampling"), k[1] != "sampling")
+        )
+        for key in keys:
+            rs = sorted(groups[key], key=lambda r: r["seed"])
+            mode = "sampling (majority)" if key[1] == "sampling" and key[2] > 1 else key[1]
+            out.append(
+                row(
+                    model,
+                    mode,
+                    key[2],
+                    " / ".join(pct(r["pass_at_1"]) for r in rs),
+                    pct(statistics.fmean(r["pass_at_1"] for r in rs)),
+                    round(statistics.fmean(r["generated_tokens"] for r in rs)),
+                    pct(statistics.fmean(r["form"] for r in rs)),
+                )
+            )
+    return out
+
+
 # --- the shipped tool graphs (docs/environments.md): facts of the specs, computed, not measured ----
 
 
@@ -459,6 +503,7 @@ TABLES: dict[str, tuple[str, Renderer]] = {
     "tool_graphs": ("longcat_plugins/environments/domains", tool_graphs),
     "warm_starts": ("bench/results/archive/warm_starts.json", warm_starts),
     "fusion": ("bench/results/archive/fusion.json", fusion),
+    "heavy_thinking": ("bench/results/archive/heavy_thinking.json", heavy_thinking),
 }
 
 
