@@ -474,6 +474,16 @@ def heavy_thinking(d: dict[str, Any]) -> list[str]:
     return out
 
 
+# --- archive/code_env.json (docs/code_env.md) --------------------------------------------------
+
+
+def code_env_episodes(d: dict[str, Any]) -> list[str]:
+    out = header("concurrent episodes", "episodes/s", "p99 tool call (ms)")
+    for e in d["episodes"]:
+        out.append(row(e["concurrency"], f"{e['episodes_per_s']:.1f}", round(e["tool_p99_ms"])))
+    return out
+
+
 # --- the shipped tool graphs (docs/environments.md): facts of the specs, computed, not measured ----
 
 
@@ -504,6 +514,7 @@ TABLES: dict[str, tuple[str, Renderer]] = {
     "warm_starts": ("bench/results/archive/warm_starts.json", warm_starts),
     "fusion": ("bench/results/archive/fusion.json", fusion),
     "heavy_thinking": ("bench/results/archive/heavy_thinking.json", heavy_thinking),
+    "code_env_episodes": ("bench/results/archive/code_env.json", code_env_episodes),
 }
 
 
