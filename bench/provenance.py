@@ -119,7 +119,7 @@ def provenance(seeds: list[int] | dict[str, int] | None = None, command: list[st
 def earlier(path: Path, append: bool = True) -> list[dict[str, Any]]:
     """The records an ``--append`` run keeps: those of the file it extends, read before it writes.
 
-    An old file with rows but no record yields an ``{"unrecorded": ...}`` entry, which
+    An old file with content but no record yields an ``{"unrecorded": ...}`` entry, which
     :func:`missing` rejects: appending must not make old figures look accounted for."""
     if not append or not path.is_file():
         return []
@@ -133,8 +133,8 @@ def earlier(path: Path, append: bool = True) -> list[dict[str, Any]]:
         return [previous]
     if isinstance(previous, list):
         return list(previous)
-    had_rows = any(isinstance(v, list) and v for k, v in old.items())
-    return [{"unrecorded": "rows written before this file recorded provenance"}] if had_rows else []
+    # any content kept from a file without a record came from an unrecorded run
+    return [{"unrecorded": "figures written before this file recorded provenance"}] if old else []
 
 
 def stamp(payload: dict[str, Any], record: dict[str, Any], kept: list[dict[str, Any]] | None = None) -> dict[str, Any]:
