@@ -502,7 +502,7 @@ def tool_graphs(_: Any) -> list[str]:
 TABLES: dict[str, tuple[str, Renderer]] = {
     "rewards_math": ("bench/results/rewards.json", rewards_math),
     "rewards_sandbox": ("bench/results/rewards.json", rewards_sandbox),
-    "math_equivalence": ("bench/results/math_equivalence.json", math_equivalence),
+    "math_equivalence": ("bench/results/archive/math_equivalence.json", math_equivalence),
     "engines": ("bench/results/engines.json", engines),
     "losses": ("bench/results/losses.json", losses),
     "self_verification": ("bench/results/archive/self_verification.json", self_verification),
