@@ -22,6 +22,8 @@ import time
 from pathlib import Path
 from typing import Any
 
+from provenance import provenance, stamp  # bench/provenance.py: the record every bench writes
+
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests"))
 
 
@@ -29,6 +31,7 @@ def main() -> None:
     parser = argparse.ArgumentParser()
     parser.add_argument("--episodes", type=int, default=60)
     args = parser.parse_args()
+    origin = provenance(seeds=[0])  # environments and episodes from seed 0
 
     import pandas as pd
     from env_agent_helpers import ScriptedServer, hermes, make_loop
@@ -81,7 +84,7 @@ def main() -> None:
     shutil.rmtree(work, ignore_errors=True)
     out = Path(__file__).resolve().parent / "results" / "agent_loop.json"
     out.parent.mkdir(parents=True, exist_ok=True)
-    payload = {"machine": platform.platform(), "python": platform.python_version(), "results": results}
+    payload = stamp({"machine": platform.platform(), "python": platform.python_version(), "results": results}, origin)
     tmp = out.with_suffix(".json.tmp")
     tmp.write_text(json.dumps(payload, indent=1))
     tmp.replace(out)

@@ -24,6 +24,7 @@ from pathlib import Path
 
 import numpy as np
 import yaml
+from provenance import provenance  # bench/provenance.py: the record every bench writes
 from safetensors.numpy import save_file
 
 #: run in a fresh interpreter after the command: which heavy packages did it import?
@@ -85,6 +86,7 @@ def main() -> None:
     parser.add_argument("--warmup", type=int, default=2)
     parser.add_argument("--out", type=Path, default=Path(__file__).parent / "results" / "cli_start.json")
     args = parser.parse_args()
+    origin = provenance(seeds=[0])  # the tiny fusion inputs' generator
 
     env = {**os.environ, "COLUMNS": "200"}
     with tempfile.TemporaryDirectory(prefix="cli-start-") as tmp:
@@ -110,6 +112,7 @@ def main() -> None:
         imported = {name: heavy_imports(cli, env) for name, cli in commands.items() if cli is not None}
 
     result = {
+        "provenance": origin,
         "commands": {
             name: {
                 "median_s": statistics.median(xs),

@@ -46,6 +46,8 @@ from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
 
+from provenance import earlier, provenance, stamp  # bench/provenance.py: the record every bench writes
+
 from longcat_plugins.environments.code_env.episode import CodeEnvSettings, CodeEpisode
 from longcat_plugins.environments.code_env.pool import WorkspacePool
 from longcat_plugins.environments.code_env.tasks import load_task, make_task, write_task, write_tasks
@@ -365,6 +367,7 @@ def long_leak(args: argparse.Namespace, tmp: Path) -> None:
     run = leak_run(task_dirs, args.leak_only, args.leak_max_s)
     print(json.dumps(run), flush=True)
     out = Path(args.out)
+    origin = provenance(seeds=[5])  # the task set's seed
     result = json.loads(out.read_text())
     prev = result.get("leak_long", {"invocations": []})
     runs = [*prev["invocations"], {**run, "command": " ".join(["python", *sys.argv])}]
@@ -374,7 +377,7 @@ def long_leak(args: argparse.Namespace, tmp: Path) -> None:
         "seconds_per_episode": sum(r["seconds"] for r in runs) / sum(r["episodes"] for r in runs),
         "invocations": runs,
     }
-    out.write_text(json.dumps(result, indent=2) + "\n")
+    out.write_text(json.dumps(stamp(result, origin, earlier(out)), indent=2) + "\n")
     bad = {k: run[k] for k in LEAK_KEYS if run[k]}
     if bad:
         raise SystemExit(f"leak check failed after {run['episodes']} episodes: {bad}")
@@ -383,10 +386,11 @@ def long_leak(args: argparse.Namespace, tmp: Path) -> None:
 def stdio_only(args: argparse.Namespace) -> None:
     """``--stdio-only``: (re)measure the stdin/stdout keys of the ``sandbox`` section of ``--out``."""
     out = Path(args.out)
+    origin = provenance(seeds=[])
     result = json.loads(out.read_text())
     result["sandbox"].update(bench_stdio(args.cases, args.reps))
     result["stdio_command"] = " ".join(["python", *sys.argv])
-    out.write_text(json.dumps(result, indent=2) + "\n")
+    out.write_text(json.dumps(stamp(result, origin, earlier(out)), indent=2) + "\n")
     print(json.dumps({k: v for k, v in result["sandbox"].items() if k.startswith("stdio_")}, indent=2))
 
 
@@ -419,6 +423,8 @@ def main() -> None:
         finally:
             shutil.rmtree(tmp, ignore_errors=True)
         return
+    origin = provenance(seeds=[5])  # the task set's seed
+    kept = earlier(Path(args.out), append=args.skip_sandbox)  # the sandbox section's run
     previous = json.loads(Path(args.out).read_text()) if args.skip_sandbox and Path(args.out).exists() else {}
     try:
         sandbox = previous["sandbox"] if args.skip_sandbox else bench_sandbox(args.cases, args.reps, tmp)
@@ -465,7 +471,7 @@ def main() -> None:
     finally:
         shutil.rmtree(tmp, ignore_errors=True)
     Path(args.out).parent.mkdir(parents=True, exist_ok=True)
-    Path(args.out).write_text(json.dumps(result, indent=2) + "\n")
+    Path(args.out).write_text(json.dumps(stamp(result, origin, kept), indent=2) + "\n")
     print(json.dumps({k: result[k] for k in ("sandbox", "provisioning", "leak")}, indent=2))
 
 

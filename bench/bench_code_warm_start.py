@@ -34,6 +34,8 @@ import time
 from dataclasses import asdict
 from pathlib import Path
 
+from provenance import earlier, provenance, stamp  # bench/provenance.py: the record every bench writes
+
 OUT = Path(__file__).resolve().parent / "results" / "code_agent_warm_start.json"
 
 
@@ -107,6 +109,8 @@ def main() -> None:
     result = json.loads(args.out.read_text()) if args.out.exists() else {}
     if result.get("plan") != asdict(plan):
         result = {"plan": asdict(plan)}  # another plan: the old figures do not describe this model
+    kept = earlier(args.out, append="provenance" in result or len(result) > 1)  # each phase adds its record
+    origin = provenance(seeds=[plan.seed])
     start = time.monotonic()
     if args.phase == "build":
         if not cached or "build_s" not in result:  # a cached build keeps the time of the real one
@@ -127,7 +131,7 @@ def main() -> None:
         sampled["unequal_groups"] = sum(len(set(g)) > 1 for g in groups)
         result["sampled"] = {**sampled, "n": args.n, "probe_s": round(time.monotonic() - start, 1)}
     args.out.parent.mkdir(parents=True, exist_ok=True)
-    args.out.write_text(json.dumps(result, indent=1) + "\n")
+    args.out.write_text(json.dumps(stamp(result, origin, kept), indent=1) + "\n")
     print(json.dumps({k: v for k, v in result.items() if k != "plan"}, indent=1)[:3000])
 
 

@@ -26,6 +26,8 @@ import shutil
 import tempfile
 from pathlib import Path
 
+from provenance import earlier, provenance, stamp  # bench/provenance.py: the record every bench writes
+
 S = "+longcat.settings.scheduler.longcat_data"
 #: strategy -> settings overrides on the longcat_data trainer
 STRATEGIES: dict[str, list[str]] = {
@@ -150,6 +152,7 @@ def main() -> None:
 
     assets = ensure_warm_start(size=args.size)
     out = Path(args.out)
+    origin, kept = provenance(seeds=seeds), earlier(out, args.append)
     runs = json.loads(out.read_text())["runs"] if args.append and out.exists() else []
     work = Path(tempfile.mkdtemp(prefix="longcat-data-"))
     for strategy in strategies:
@@ -162,7 +165,7 @@ def main() -> None:
                 flush=True,
             )
             out.parent.mkdir(parents=True, exist_ok=True)
-            out.write_text(json.dumps({"runs": runs}, indent=2))
+            out.write_text(json.dumps(stamp({"runs": runs}, origin, kept), indent=2))
             plot(runs, out.with_suffix(".png"))
     shutil.rmtree(work, ignore_errors=True)
     print(f"wrote {out} and {out.with_suffix('.png')}")

@@ -26,6 +26,8 @@ import tempfile
 import time
 from pathlib import Path
 
+from provenance import provenance  # bench/provenance.py: the record every bench writes
+
 #: the line each recipe's demo ends with, and its default results file
 LINES = {
     "arithmetic": (re.compile(r"held-out accuracy: (\d+\.\d)% -> (\d+\.\d)%"), "bench/results/demo.json"),
@@ -42,6 +44,7 @@ def main() -> None:
     line, default_out = LINES[args.recipe]
 
     cache = ["--cache-dir", str(args.cache_dir)] if args.cache_dir is not None else []
+    origin = provenance(seeds=[0])  # the demo's fixed seed
     start = time.monotonic()
     if args.recipe == "tool_agent":
         from longcat_plugins.learning.assets import ensure_assets
@@ -66,6 +69,7 @@ def main() -> None:
     if match is None:
         raise SystemExit(f"the demo printed no held-out line:\n{proc.stdout[-3000:]}")
     result = {
+        "provenance": origin,
         "command": f"python -m longcat_plugins demo --recipe {args.recipe}",
         "warm_start": assets.root.name,
         "wall_s": round(wall, 1),

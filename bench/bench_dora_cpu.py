@@ -55,7 +55,7 @@ from longcat_plugins.runtime.launch import configs_dir, run_training
 from longcat_plugins.schedulers.workload import AGENT_NAME, ENV_TRACE, write_skewed_dataset
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from provenance import provenance  # noqa: E402
+from provenance import earlier, provenance, stamp  # noqa: E402
 
 SAMPLES_PER_STEP = 16  # data.train_batch_size 4 x rollout.n 4 in grpo_arithmetic
 
@@ -289,12 +289,13 @@ def main() -> None:
 
     args.out.mkdir(parents=True, exist_ok=True)
     target = args.out / "dora_cpu.json"
+    kept = earlier(target)  # the other device's records are kept below
     if target.exists():  # keep the other device's records
         previous = json.loads(target.read_text())
         results = [r for r in previous["results"] if r.get("device", "cpu") != args.device and "seed" in r] + results
     summary = compare(results)
+    origin = provenance(seeds=seeds)
     report = {
-        "provenance": provenance(seeds=seeds),
         "workload": {
             "long_every": args.long_every,
             "short_tokens": args.short_tokens,
@@ -307,7 +308,7 @@ def main() -> None:
         "results": results,
     }
     tmp = target.with_suffix(".tmp")
-    tmp.write_text(json.dumps(report, indent=2))
+    tmp.write_text(json.dumps(stamp(report, origin, kept), indent=2))
     os.replace(tmp, target)
     plot(summary, args.out / "dora_cpu.png")
     for name, row in summary.items():

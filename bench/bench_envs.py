@@ -49,6 +49,7 @@ from pathlib import Path
 from typing import Any
 
 import psutil
+from provenance import provenance  # bench/provenance.py: the record every bench writes
 
 from longcat_plugins.environments.domain import DBView, rule_violations
 from longcat_plugins.environments.envgen import generate_environments
@@ -266,35 +267,6 @@ def reward_audit(env: Any) -> dict[str, int]:
     return row
 
 
-def provenance(seeds: dict[str, Any]) -> dict[str, Any]:
-    """Commit, UTC date, exact command, seeds and versions of this run."""
-    import datetime as _dt
-    import subprocess
-    import sys
-
-    def git(*a: str) -> str:
-        try:
-            return subprocess.run(["git", *a], capture_output=True, text=True, check=True).stdout.strip()
-        except (OSError, subprocess.CalledProcessError):
-            return "unknown"
-
-    versions = {"python": platform.python_version()}
-    for mod in ("torch", "verl"):
-        try:
-            versions[mod] = __import__(mod).__version__
-        except Exception as exc:  # noqa: BLE001 - a missing package is recorded, not fatal
-            versions[mod] = f"unavailable ({type(exc).__name__})"
-    return {
-        "commit": git("rev-parse", "HEAD"),
-        "dirty": bool(git("status", "--porcelain", "--untracked-files=no")),
-        "utc": _dt.datetime.now(_dt.timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ"),
-        "command": " ".join([Path(sys.executable).name, *sys.argv]),
-        "seeds": seeds,
-        "versions": versions,
-        "machine": {"cpus": os.cpu_count(), "platform": platform.platform(), "processor": platform.processor()},
-    }
-
-
 def audit(specs: list[str], count: int, config: GenConfig, seed: int) -> dict[str, Any]:
     """Generate and verify ``count`` environments of each spec; count vacuous rubrics and rule
     violations (see the module doc)."""
@@ -382,7 +354,7 @@ def main() -> None:
         result = {
             "command": "bench/bench_envs.py --audit "
             f"{args.audit} --specs {args.specs} --max-chain {args.max_chain} --seed {args.seed}",
-            "provenance": provenance({"generator_seed": args.seed, "episode_seed": 0}),
+            "provenance": provenance(seeds={"generator_seed": args.seed, "episode_seed": 0}),
             "sample": f"the first {args.audit} environment indices of generator seed {args.seed} per spec "
             "(a sample of what envgen writes; the counts are exact on it)",
             "machine": machine,

@@ -41,7 +41,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-from provenance import provenance  # bench/provenance.py: the record every bench writes
+from provenance import earlier, provenance, stamp  # bench/provenance.py: the record every bench writes
 
 REPO = Path(__file__).resolve().parents[1]
 
@@ -551,7 +551,8 @@ def write_profile(args: argparse.Namespace, inputs: dict[str, Any], files: list[
     )
     results.setdefault("profiles", {})[args.profile_tag] = entry
     args.profile_out.parent.mkdir(parents=True, exist_ok=True)
-    args.profile_out.write_text(json.dumps(results, indent=2) + "\n")
+    record = provenance(seeds=[0, 1, 2, 3])  # base, experts 1-3
+    args.profile_out.write_text(json.dumps(stamp(results, record, earlier(args.profile_out)), indent=2) + "\n")
     print(f"wrote {args.profile_out} [{args.profile_tag}]")
 
 
@@ -611,6 +612,7 @@ def main() -> None:
         write_profile(args, inputs, files, methods)
         return
     previous = json.loads(args.out.read_text()) if args.append and args.out.exists() else None
+    origin, kept = provenance(seeds=[0, 1, 2, 3]), earlier(args.out, args.append)  # base, experts 1-3
     tools = [t for t in args.tools.split(",") if t]
     dtypes = [d for d in args.mergekit_dtypes.split(",") if d]
     rerun = {("ours", "float32")} if "ours" in tools else set()
@@ -621,9 +623,9 @@ def main() -> None:
         ]
         for method in methods:
             if ("ours", "float32") in rerun or ("mergekit", "float32") in rerun:  # its outputs are made anew
-                earlier = previous.get("agreement", {}).pop(method, None)
-                if earlier is not None:  # kept, labelled: still ours' agreement where reference_agreement is 1.0
-                    previous.setdefault("agreement_from_earlier_runs", {})[method] = earlier
+                before = previous.get("agreement", {}).pop(method, None)
+                if before is not None:  # kept, labelled: still ours' agreement where reference_agreement is 1.0
+                    previous.setdefault("agreement_from_earlier_runs", {})[method] = before
             previous.get("summary", {}).pop(method, None)
     results: dict[str, Any] = previous or {
         "machine": {"cpus": os.cpu_count(), "python": platform.python_version(), "platform": platform.platform()},
@@ -668,7 +670,7 @@ def main() -> None:
     def save() -> None:  # after every run: a long bench cut short keeps what it measured
         results["summary"] = summarise(results)
         args.out.parent.mkdir(parents=True, exist_ok=True)
-        args.out.write_text(json.dumps(results, indent=2) + "\n")
+        args.out.write_text(json.dumps(stamp(results, origin, kept), indent=2) + "\n")
 
     for rep in range(args.repeat):
         for label in methods:

@@ -38,6 +38,8 @@ import time
 from pathlib import Path
 from typing import Any
 
+from provenance import earlier, provenance, stamp  # bench/provenance.py: the record every bench writes
+
 MAX_NEW_TOKENS = 12  # the learning bench's response length (data.max_response_length)
 ANSWER_MAX_CHARS = 40  # heavy_thinking_cpu.yaml's answer cut
 #: the label of rows measured on the default warm start (and of rows without a ``model``)
@@ -188,6 +190,8 @@ def main() -> None:
     questions, answers = _questions(built.val)
 
     old = json.loads(args.out.read_text())["runs"] if args.append and args.out.exists() else []
+    origin = provenance(seeds=[int(s) for s in args.seeds.split(",")])
+    kept = earlier(args.out, args.append)
     widths = [int(w) for w in args.widths.split(",")]
     plan = [("sampling", 1)] + [m for w in widths for m in (("sampling", w + 1), ("heavy_thinking", w))]
     new = []
@@ -201,7 +205,7 @@ def main() -> None:
             new.append(record)
             print(json.dumps(record), flush=True)
     args.out.parent.mkdir(parents=True, exist_ok=True)
-    args.out.write_text(json.dumps({"runs": merge_runs(old, new)}, indent=2) + "\n")
+    args.out.write_text(json.dumps(stamp({"runs": merge_runs(old, new)}, origin, kept), indent=2) + "\n")
 
 
 if __name__ == "__main__":

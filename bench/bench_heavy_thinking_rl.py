@@ -41,6 +41,7 @@ import tempfile
 from pathlib import Path
 
 from bench_learning import SCHEDULE, final_checkpoint, seeded_run
+from provenance import earlier, provenance, stamp  # bench/provenance.py: the record every bench writes
 
 from longcat_plugins.runtime.launch import FP32_TRAINING
 
@@ -150,12 +151,13 @@ def main() -> None:
     if args.steps < 1:
         parser.error(f"--steps: must be >= 1, got {args.steps}")
     work = (args.work or default_cache_dir() / "heavy-thinking-rl").resolve()
+    origin, kept = provenance(seeds=[args.seed]), earlier(args.out, args.append)
     row = train(args.recipe, args.steps, args.seed, work)
     print(json.dumps(row), flush=True)
     runs = json.loads(args.out.read_text())["runs"] if args.append and args.out.exists() else []
     runs = [r for r in runs if (r["label"], r["seed"], r["steps"]) != (row["label"], row["seed"], row["steps"])]
     args.out.parent.mkdir(parents=True, exist_ok=True)
-    args.out.write_text(json.dumps({"runs": [*runs, row]}, indent=2) + "\n")
+    args.out.write_text(json.dumps(stamp({"runs": [*runs, row]}, origin, kept), indent=2) + "\n")
 
 
 if __name__ == "__main__":

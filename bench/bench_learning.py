@@ -36,7 +36,7 @@ from math import comb
 from pathlib import Path
 
 from learning_diagnostics import train_diagnostics
-from provenance import provenance
+from provenance import earlier, provenance, stamp, write_sidecar  # bench/provenance.py: the record every bench writes
 
 #: objective -> overrides on the demo recipe
 OBJECTIVES: dict[str, list[str]] = {
@@ -265,6 +265,7 @@ def main() -> None:
     seeds = [int(s) for s in args.seeds.split(",") if s]
 
     out = Path(args.out)
+    origin, kept = provenance(seeds=seeds), earlier(out, args.append)
     curves_path = out.with_name(out.stem + "_curves.json")
     runs = json.loads(out.read_text())["runs"] if args.append and out.exists() else []
     curves = json.loads(curves_path.read_text()) if args.append and curves_path.exists() else []
@@ -313,8 +314,9 @@ def main() -> None:
                     flush=True,
                 )
                 out.parent.mkdir(parents=True, exist_ok=True)
-                out.write_text(json.dumps({"runs": runs}, indent=2))
+                out.write_text(json.dumps(stamp({"runs": runs}, origin, kept), indent=2))
                 curves_path.write_text(json.dumps(curves, indent=2))
+                write_sidecar(curves_path, [*kept, origin] if kept else origin)  # a list file: record beside it
                 plot(curves, out.with_suffix(".png"))
     print(f"wrote {out}, {curves_path} and {out.with_suffix('.png')}")
 

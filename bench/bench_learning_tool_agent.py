@@ -42,6 +42,8 @@ import time
 from pathlib import Path
 from typing import Any
 
+from provenance import earlier, provenance, stamp  # bench/provenance.py: the record every bench writes
+
 OUT = Path(__file__).resolve().parent / "results" / "learning_tool_agent.json"
 #: per-step training metrics kept in the curve (the loop's reward info, averaged over the batch)
 CURVE_KEYS = {
@@ -75,6 +77,7 @@ def main() -> None:
     if args.train_file is not None and not args.train_file.is_file():
         raise SystemExit(f"--train-file {args.train_file}: no such file")
 
+    origin, kept = provenance(seeds=list(args.seeds)), earlier(args.out, args.append)
     previous: list[dict[str, Any]] = []
     if args.append and args.out.exists():  # checked before any training, so a mismatch wastes no run
         old = json.loads(args.out.read_text())
@@ -190,7 +193,7 @@ def main() -> None:
         "machine": {"cpus": _cpus(), "python": platform.python_version()},
     }
     args.out.parent.mkdir(parents=True, exist_ok=True)
-    args.out.write_text(json.dumps(out, indent=1))
+    args.out.write_text(json.dumps(stamp(out, origin, kept), indent=1))
     print(f"wrote {args.out}")
 
 

@@ -31,17 +31,15 @@ import argparse
 import importlib.metadata
 import json
 import os
-import platform
 import statistics
-import subprocess
 import sys
 import time
-from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any
 
 sys.path.insert(0, str(Path(__file__).parent))
 from math_equivalence_set import ITEMS  # noqa: E402
+from provenance import provenance  # bench/provenance.py: the record every bench writes
 
 HELD_OUT: list[tuple[str, str, bool]] = [
     (r"e^{\pi i}", "-1", True),
@@ -270,33 +268,17 @@ def _goals(set200: dict[str, Any], hostile: dict[str, Any]) -> dict[str, bool]:
     }
 
 
-def _provenance(argv: list[str]) -> dict[str, Any]:
-    root = Path(__file__).resolve().parent.parent
-
-    def git(*args: str) -> str:
-        return subprocess.run(["git", *args], cwd=root, capture_output=True, text=True, check=False).stdout.strip()
-
-    versions = {}
-    for dist in ("sympy", "torch", "verl", "math-verify", "latex2sympy2_extended"):
+def _provenance() -> dict[str, Any]:
+    """The shared record, plus the versions of the math stack this comparison depends on."""
+    record = provenance(seeds=[0])  # the equivalence check's random points use random.Random(0)
+    record["math_versions"] = {}
+    for dist in ("sympy", "math-verify", "latex2sympy2_extended"):
         try:
-            versions[dist] = importlib.metadata.version(dist)
+            record["math_versions"][dist] = importlib.metadata.version(dist)
         except importlib.metadata.PackageNotFoundError:
-            versions[dist] = None
-    return {
-        "commit": git("rev-parse", "HEAD"),
-        "dirty": bool(git("status", "--porcelain", "--untracked-files=no")),
-        "utc": datetime.now(timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ"),
-        "command": " ".join(["PYTHONPATH=.", "python", *argv]),
-        "seeds": "none drawn by the bench; the equivalence check's random points use random.Random(0)",
-        "python": platform.python_version(),
-        "versions": versions,
-        "machine": {
-            "cpus": os.cpu_count(),
-            "load_avg_1m": round(os.getloadavg()[0], 1),
-            "platform": platform.platform(),
-            "note": "2-core development VM shared with other jobs: absolute times are pessimistic",
-        },
-    }
+            record["math_versions"][dist] = None
+    record["machine"]["load_avg_1m"] = round(os.getloadavg()[0], 1)
+    return record
 
 
 def main() -> None:
@@ -305,7 +287,7 @@ def main() -> None:
     ap.add_argument("--repeats", type=int, default=3, help="timed passes over the 200 items per tool (median)")
     ap.add_argument("--check", action="store_true", help="exit 1 when a goal of issue 32 is missed")
     args = ap.parse_args()
-    result: dict[str, Any] = {"provenance": _provenance(sys.argv)}
+    result: dict[str, Any] = {"provenance": _provenance()}
     result["hostile"] = bench_hostile()  # first: the pool starts in a process that has imported verl
     result["set200"] = bench_set200(args.repeats)
     result["issue13_pairs"] = bench_issue13()

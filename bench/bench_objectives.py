@@ -16,6 +16,8 @@ import statistics
 import tempfile
 from pathlib import Path
 
+from provenance import provenance  # bench/provenance.py: the record every bench writes
+
 #: objective -> overrides on the cpu_demo recipe
 OBJECTIVES: dict[str, list[str]] = {
     "vanilla": [],
@@ -92,6 +94,7 @@ def main() -> None:
 
     from longcat_plugins.learning.assets import ensure_assets
 
+    origin = provenance(seeds=[0])
     work = Path(tempfile.mkdtemp(prefix="longcat-objectives-"))
     assets = ensure_assets(work / "assets", n_train=512)
     results = [run(name, overrides, args.steps, assets, work) for name, overrides in OBJECTIVES.items()]
@@ -100,7 +103,7 @@ def main() -> None:
         res["step_time_vs_vanilla"] = res["step_s_median"] / base["step_s_median"]
     out = Path(args.out)
     out.parent.mkdir(parents=True, exist_ok=True)
-    out.write_text(json.dumps(results, indent=2))
+    out.write_text(json.dumps({"provenance": origin, "runs": results}, indent=2))
     plot(results, out.with_suffix(".png"))
     for res in results:
         print(

@@ -7,19 +7,25 @@ cases (one process per case vs one harness process for all call-based cases) and
 once vs recompile per case.
 
     PYTHONPATH=. python bench/bench_rewards.py [--python-cases 100] [--cpp-cases 30]
+
+The math timeout defaults to ``MathRewardConfig``'s (what a user runs). The 200-item comparison
+with math-verify per answer class is ``bench_math_equivalence.py``; this one keeps the short pair
+list for the speed row and the adversarial inputs.
 """
 
 from __future__ import annotations
 
 import argparse
 import asyncio
+import importlib.metadata
 import json
-import os
-import platform
 import sys
 import time
 from pathlib import Path
 from typing import Any
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from provenance import provenance  # noqa: E402  bench/provenance.py: the record every bench writes
 
 PAIRS: list[tuple[str, str, bool]] = [
     ("a^2-b^2", "(a+b)(a-b)", True),
@@ -81,6 +87,7 @@ def bench_math(timeout_s: float) -> dict[str, Any]:
         t = time.perf_counter()
         verdict, _ = verify(pred, "7", cfg)
         adv.append({"input": pred[:30], "verdict": verdict, "wall_s": round(time.perf_counter() - t, 3)})
+    out["pairs"] = len(PAIRS)
     out["longcat"] = {
         "accuracy": correct / len(PAIRS),
         "checks_per_s": len(PAIRS) / total,
@@ -120,6 +127,7 @@ def bench_math(timeout_s: float) -> dict[str, Any]:
         "slowest_check_s": max(times),
         "adversarial": adv,
         "note": "math-verify's own timeout uses signal.alarm (main thread only)",
+        "version": importlib.metadata.version("math-verify"),
     }
     return out
 
@@ -173,12 +181,15 @@ def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("--python-cases", type=int, default=100)
     ap.add_argument("--cpp-cases", type=int, default=30)
-    ap.add_argument("--math-timeout", type=float, default=2.0)
+    ap.add_argument("--math-timeout", type=float, default=None, help="default: MathRewardConfig().timeout_s")
     ap.add_argument("--out", default=str(Path(__file__).parent / "results" / "rewards.json"))
     args = ap.parse_args()
+    if args.math_timeout is None:
+        from longcat_plugins.rewards.math import MathRewardConfig
+
+        args.math_timeout = MathRewardConfig().timeout_s
     result = {
-        "command": " ".join([Path(sys.executable).name, *sys.argv]),
-        "machine": {"cpus": os.cpu_count(), "platform": platform.platform(), "python": platform.python_version()},
+        "provenance": provenance(seeds=[]),  # no random draws: fixed pairs and test cases
         "math": bench_math(args.math_timeout),
         "sandbox": asyncio.run(bench_sandbox(args.python_cases, args.cpp_cases)),
     }

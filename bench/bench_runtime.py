@@ -20,6 +20,7 @@ import time
 from pathlib import Path
 
 import psutil
+from provenance import provenance  # bench/provenance.py: the record every bench writes
 
 
 def tree_rss(root: psutil.Process) -> int:
@@ -118,12 +119,14 @@ def main() -> None:
 
     from longcat_plugins.learning.assets import ensure_assets
 
+    origin = provenance(seeds=[0])
     work = Path(tempfile.mkdtemp(prefix="longcat-bench-"))
     assets = ensure_assets(work / "assets", size=args.size)
     rollout = [bench_rollout(assets, c, rounds=4, max_tokens=32) for c in (1, 8, 1, 8)]  # interleaved
     by_c = {c: max(r["tokens_per_s"] for r in rollout if r["concurrency"] == c) for c in (1, 8)}
     trainers = [bench_trainer(True, args.steps, assets, work), bench_trainer(False, args.steps, assets, work)]
     result = {
+        "provenance": origin,
         "machine": {
             "cpus": os.cpu_count(),
             "python": platform.python_version(),

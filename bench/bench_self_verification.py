@@ -35,6 +35,8 @@ import shutil
 import tempfile
 from pathlib import Path
 
+from provenance import earlier, provenance, stamp  # bench/provenance.py: the record every bench writes
+
 S = "+longcat.settings.scheduler.longcat_data"
 MODES = ("baseline", "selfverify")
 #: data.max_prompt_length: the warm start's longest verification prompt is 34 tokens
@@ -163,6 +165,8 @@ def main() -> None:
 
     assets = ensure_warm_start(size=args.size, verdicts=args.verdicts)
     out = Path(args.out)
+    origin = provenance(seeds=[int(s) for s in args.seeds.split(",") if s])
+    kept = earlier(out, args.append)
     runs = json.loads(out.read_text())["runs"] if args.append and out.exists() else []
     work = Path(tempfile.mkdtemp(prefix="longcat-selfverify-"))
     for mode in modes:
@@ -178,7 +182,7 @@ def main() -> None:
             )
             out.parent.mkdir(parents=True, exist_ok=True)
             tmp = out.with_suffix(".json.tmp")
-            tmp.write_text(json.dumps({"runs": runs}, indent=2) + "\n")
+            tmp.write_text(json.dumps(stamp({"runs": runs}, origin, kept), indent=2) + "\n")
             tmp.replace(out)
     shutil.rmtree(work, ignore_errors=True)
     print(f"wrote {out}")

@@ -24,6 +24,8 @@ import time
 from dataclasses import asdict
 from pathlib import Path
 
+from provenance import provenance  # bench/provenance.py: the record every bench writes
+
 #: verl's own dataset: the override that undoes run_sft's ``data.custom_cls`` choice
 PLAIN = ["data.custom_cls.path=null", "data.custom_cls.name=null"]
 
@@ -45,6 +47,7 @@ def main() -> None:
     from longcat_plugins.learning.sft import run_sft
 
     seed, size = 0, "tiny"
+    origin = provenance(seeds=[seed])
     runs = []
     with tempfile.TemporaryDirectory(prefix="longcat-sft-build-") as work:
         root = Path(work)
@@ -60,6 +63,7 @@ def main() -> None:
             runs.append({"dataset": name, "wall_s": round(wall, 1), "sha256": sha256(model / "model.safetensors")})
             print(f"{name}: {wall:.1f}s, {runs[-1]['sha256'][:16]}", flush=True)
     result = {
+        "provenance": origin,
         "size": size,
         "warm_start_seed": seed,
         "sft": asdict(DEFAULT_SFT),

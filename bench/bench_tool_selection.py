@@ -23,6 +23,8 @@ import tempfile
 import time
 from pathlib import Path
 
+from provenance import earlier, provenance, stamp  # bench/provenance.py: the record every bench writes
+
 LOOP = "++longcat.settings.environment.longcat_tool_agent"
 #: the warm start's budgets (``tool_warmstart.warm_overrides``): prompts and turns it was trained on
 WARM = [
@@ -88,6 +90,8 @@ def main() -> None:
     parser.add_argument("--append", action="store_true")
     args = parser.parse_args()
     out = Path(args.out)
+    origin = provenance(seeds=[int(s) for s in args.seeds.split(",") if s])
+    kept = earlier(out, args.append)
     runs = json.loads(out.read_text())["runs"] if args.append and out.exists() else []
     for seed in [int(s) for s in args.seeds.split(",") if s]:
         work = Path(tempfile.mkdtemp(prefix="longcat-toolsel-"))
@@ -101,7 +105,7 @@ def main() -> None:
         )
         out.parent.mkdir(parents=True, exist_ok=True)
         tmp = out.with_suffix(".json.tmp")
-        tmp.write_text(json.dumps({"runs": runs}, indent=2) + "\n")
+        tmp.write_text(json.dumps(stamp({"runs": runs}, origin, kept), indent=2) + "\n")
         tmp.replace(out)
     print(f"wrote {out}")
 

@@ -26,6 +26,8 @@ import sys
 import tempfile
 from pathlib import Path
 
+from provenance import provenance, stamp  # bench/provenance.py: the record every bench writes
+
 BENCH = Path(__file__).resolve().parent
 OUT = BENCH / "results" / "tool_selection_gain.json"
 
@@ -41,6 +43,7 @@ def main() -> None:
     parser.add_argument("--work", type=Path, default=None, help="run directories (default: a temp dir)")
     parser.add_argument("--out", type=Path, default=OUT)
     args = parser.parse_args()
+    origin = provenance(seeds=[args.seed])
     if args.tasks < 2 or args.n < 1 or args.steps < 1:
         raise SystemExit("--tasks >= 2, --n >= 1 and --steps >= 1")
 
@@ -111,7 +114,7 @@ def main() -> None:
         )
         print(f"{subset} ({size} tasks): {run['success_before']:.1%} -> {run['success_after']:.1%}", flush=True)
     args.out.parent.mkdir(parents=True, exist_ok=True)
-    args.out.write_text(json.dumps({"selection": selection, "runs": runs}, indent=1))
+    args.out.write_text(json.dumps(stamp({"selection": selection, "runs": runs}, origin), indent=1))
     print(f"wrote {args.out}")
 
 

@@ -27,6 +27,8 @@ from dataclasses import asdict
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+from provenance import earlier, provenance, stamp  # bench/provenance.py: the record every bench writes
+
 if TYPE_CHECKING:
     from longcat_plugins.learning.tool_warmstart import WarmStartPlan
 
@@ -101,6 +103,7 @@ def main() -> None:
     parser.add_argument("--out", type=Path, default=OUT)
     parser.add_argument("--append", action="store_true", help="add to the candidates already in --out")
     args = parser.parse_args()
+    origin, kept = provenance(seeds=[0]), earlier(args.out, args.append)
     results = json.loads(args.out.read_text())["candidates"] if args.append and args.out.exists() else []
     for spec in args.candidates.split(","):
         row = measure(parse_candidate(spec), args.n, args.sampled_tasks, args.cache_dir)
@@ -109,7 +112,7 @@ def main() -> None:
         print(" sampled", {k: row["sampled"][k] for k in row["sampled"]}, flush=True)
         results.append(row)
     args.out.parent.mkdir(parents=True, exist_ok=True)
-    args.out.write_text(json.dumps({"candidates": results}, indent=1))
+    args.out.write_text(json.dumps(stamp({"candidates": results}, origin, kept), indent=1))
     print(f"wrote {args.out}")
 
 

@@ -27,6 +27,8 @@ import time
 from dataclasses import replace
 from pathlib import Path
 
+from provenance import earlier, provenance, stamp  # bench/provenance.py: the record every bench writes
+
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 DEFAULT_CANDIDATES = "tiny:8:3e-3:0.5,tiny:16:3e-3:0.5,small:8:1e-3:0.5,tiny:32:3e-3:0.5,tiny:32:3e-3:0.3"
@@ -77,13 +79,14 @@ def main() -> None:
         except ValueError:
             parser.error(f"--candidates: {spec!r} is not size:epochs:lr:share")
     out = Path(args.out)
+    origin, kept = provenance(seeds=[0]), earlier(out, args.append)
     records = json.loads(out.read_text())["candidates"] if args.append and out.exists() else []
     for candidate in candidates:
         record = measure(*candidate)
         records.append(record)
         print(json.dumps(record), flush=True)
         out.parent.mkdir(parents=True, exist_ok=True)
-        out.write_text(json.dumps({"candidates": records}, indent=2))
+        out.write_text(json.dumps(stamp({"candidates": records}, origin, kept), indent=2))
 
 
 if __name__ == "__main__":

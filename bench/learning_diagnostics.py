@@ -21,6 +21,8 @@ import json
 from pathlib import Path
 from typing import Any
 
+from provenance import provenance, stamp  # bench/provenance.py: the record every bench writes
+
 #: record key -> verl metric
 TRAIN_METRICS: dict[str, str] = {
     "score": "critic/score/mean",
@@ -65,7 +67,8 @@ def main() -> None:
     parser.add_argument("-o", "--out", type=Path, default=Path("bench/results/learning_diagnostics.json"))
     args = parser.parse_args()
     runs = [{"run_dir": f"{d.parent.name}/{d.name}", "train": train_diagnostics(read_steps(d))} for d in args.run_dirs]
-    args.out.write_text(json.dumps({"runs": runs}, indent=1) + "\n")
+    # the record of this summary; the training runs' own commands are in their run dirs
+    args.out.write_text(json.dumps(stamp({"runs": runs}, provenance(seeds=[])), indent=1) + "\n")
     print(f"wrote {args.out}")
 
 

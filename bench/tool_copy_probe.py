@@ -47,6 +47,8 @@ from dataclasses import asdict
 from pathlib import Path
 from typing import Any
 
+from provenance import provenance, stamp  # bench/provenance.py: the record every bench writes
+
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 OUT = Path(__file__).resolve().parent / "results" / "tool_copy_probe.json"
@@ -317,6 +319,7 @@ def main() -> None:
         "loss": "assistant",
     }
     variants = parse_variants(args.variants, defaults)
+    origin = provenance(seeds=sorted({int(s.get("seed", 0)) for _, s in variants}))
     torch.set_num_threads(2)
     t0 = time.perf_counter()
     root = data_root(args.cache_dir or default_cache_dir(), plan)
@@ -348,7 +351,7 @@ def main() -> None:
         run = run_variant(name, s, train, held, marks, root / "base", s["seed"], args.eval_every, tok.pad_token_id)
         runs.append({"plan": asdict(plan), "train_rows": len(train), "heldout_rows": len(held), **run})
         args.out.parent.mkdir(parents=True, exist_ok=True)
-        args.out.write_text(json.dumps({"runs": runs}, indent=1))
+        args.out.write_text(json.dumps(stamp({"runs": runs}, origin), indent=1))
     print(f"wrote {args.out}")
 
 

@@ -6,6 +6,7 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
 from conftest import REPO
 
 
@@ -14,6 +15,33 @@ def test_hook_reference_is_current() -> None:
         [sys.executable, str(REPO / "scripts" / "gen_hook_docs.py"), "--check"], capture_output=True, text=True
     )
     assert proc.returncode == 0, proc.stderr
+
+
+def test_figure_tables_are_rendered_from_their_results_files() -> None:
+    """scripts/render_docs.py --check: every results-table block equals what its file renders."""
+    proc = subprocess.run(
+        [sys.executable, str(REPO / "scripts" / "render_docs.py"), "--check"], capture_output=True, text=True
+    )
+    assert proc.returncode == 0, proc.stderr
+
+
+def test_render_docs_rejects_a_table_that_names_another_file(tmp_path: Path) -> None:
+    """The marker names the results file; a table quoted under the wrong file is an error, not a render."""
+    import importlib.util
+
+    spec = importlib.util.spec_from_file_location("render_docs", REPO / "scripts" / "render_docs.py")
+    assert spec is not None and spec.loader is not None
+    render_docs = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(render_docs)
+    good = "<!-- results-table: losses (bench/results/losses.json) -->\n| stale |\n<!-- /results-table: losses -->\n"
+    rendered, names = render_docs.render(good, "x.md")
+    assert names == ["losses"] and "| stale |" not in rendered and "`longcat_gspo` / `gspo`" in rendered
+    assert render_docs.render(rendered, "x.md")[0] == rendered  # rendering is idempotent
+    wrong = good.replace("bench/results/losses.json", "bench/results/engines.json")
+    with pytest.raises(SystemExit, match="names bench/results/engines.json, but it is rendered from"):
+        render_docs.render(wrong, "x.md")
+    with pytest.raises(SystemExit, match="unknown results-table 'nope'"):
+        render_docs.render(good.replace("losses", "nope"), "x.md")
 
 
 def test_readme_test_command_is_what_ci_runs() -> None:
@@ -39,7 +67,11 @@ def _committed(path: Path) -> bool:
 
 
 def test_every_bench_result_a_doc_names_is_in_the_repo() -> None:
-    named = {(doc.name, m) for doc in DOCS for m in re.findall(r"bench/results/([\w.-]+\.json)", doc.read_text())}
+    named = {
+        (doc.name, m)
+        for doc in DOCS
+        for m in re.findall(r"(?<!--out )bench/results/((?:archive/)?[\w.-]+\.json)", doc.read_text())
+    }
     assert named, "the docs quote bench results; the pattern must find them"
     missing = [
         f"{doc}: bench/results/{name}"

