@@ -68,7 +68,8 @@ class DoraLLMServerClient(LLMServerClient):
     def _observe(self, request_id: str, prompt_ids: Any, tokens: int, attempt_tokens: int, complete: bool) -> None:
         """Tell the balancer how long this prompt's response got (fire-and-forget, as verl's release)."""
         started = self._started.pop(request_id, None)
-        if self._load_balancer is None or prompt_ids is None:
+        # verl's own router (load_balancer other than dora) has no length history to feed
+        if self._load_balancer is None or prompt_ids is None or not hasattr(self._load_balancer, "observe"):
             return
         seconds = time.monotonic() - started if started is not None else 0.0
         self._load_balancer.observe.remote(prompt_digest(prompt_ids), tokens, seconds, complete, attempt_tokens)
