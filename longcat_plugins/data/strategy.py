@@ -66,18 +66,21 @@ class PlanningStrategy:
         """Restore what :meth:`state_dict` returned."""
 
 
-def strategy_names() -> list[str]:
-    """Every enabled data strategy's name (built-in and third-party), sorted."""
+def _registered() -> dict[str, Any]:
+    """The enabled ``DataStrategy`` components of this process's host, by name."""
     from longcat_plugins.host import get_host
 
-    return sorted(c.name for c in get_host().components(kind=KIND))
+    return {c.name: c for c in get_host().components(kind=KIND)}
+
+
+def strategy_names() -> list[str]:
+    """Every enabled data strategy's name (built-in and third-party), sorted."""
+    return sorted(_registered())
 
 
 def load_strategy(name: str, settings: Mapping[str, Any], where: str) -> PlanningStrategy:
     """The strategy ``name`` built with ``settings``; ``where`` (its key path) names bad input."""
-    from longcat_plugins.host import get_host
-
-    comps = {c.name: c for c in get_host().components(kind=KIND)}
+    comps = _registered()
     comp = comps.get(name)
     if comp is None:
         raise ValueError(f"{where}: unknown data strategy {name!r}; registered: {sorted(comps) or 'none'}")
@@ -94,9 +97,8 @@ def load_strategy(name: str, settings: Mapping[str, Any], where: str) -> Plannin
 def problems_for(names: Sequence[str], trainer: str, where: str) -> list[str]:
     """Unknown names and strategies that cannot run under ``trainer``, each naming its key."""
     from longcat_plugins.components import ComponentImportError
-    from longcat_plugins.host import get_host
 
-    comps = {c.name: c for c in get_host().components(kind=KIND)}
+    comps = _registered()
     out = []
     for i, name in enumerate(names):
         comp = comps.get(name)

@@ -449,7 +449,8 @@ class DoraTrainer(PPOTrainerSeparateAsync):
         self.planned: PlannedData | None = PlannedData(data, config) if data.plans() else None
         self._data_metrics: dict[str, float] = {}
         self._verify_due = False
-        self._verify_template: dict[str, Any] | None = None
+        #: a prompt row the verification rows are shaped like (the last chunk's first row)
+        self._verify_template: Any = None
 
     # -- construction ---------------------------------------------------------------------------
 
@@ -555,15 +556,17 @@ class DoraTrainer(PPOTrainerSeparateAsync):
                 chunks.append(rows)
         if self._verify_due:
             self._verify_due = False
-            template = columns(issues[0].payload) if issues else self._verify_template
+            template = issues[0].payload if issues else self._verify_template
             if template is not None:
-                verify = planned.verification_rows(template, planned.planner.context_budget(), self.global_steps)
+                verify = planned.verification_rows(
+                    columns(template), planned.planner.context_budget(), self.global_steps
+                )
                 if verify is not None:
                     for uid in verify["uid"]:
                         dispatch.register(str(uid), ANY_DOMAIN, "selfverify")
                     chunks.append(verify)
         if issues:
-            self._verify_template = columns(issues[0].payload)
+            self._verify_template = issues[0].payload
         if not chunks:
             return None
         return tu.get_tensordict(concat(chunks))
