@@ -41,6 +41,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import re
 import statistics
 import sys
 import tempfile
@@ -82,6 +83,51 @@ def runs(long_tokens: int) -> dict[str, tuple[str, list[str]]]:
         "dora_1_replay": ("dora_cpu", [*one, f"+{DORA_KEY}.reuse_ratio=0.25"]),
         "dora_2": ("dora_cpu", dora),
     }
+
+
+#: start-up milestones, each the first output line matching: the driver's own imports and config
+#: (verl prints its Ray arguments just before ``ray.init``), Ray up, the TaskRunner actor's first
+#: line (its process and imports), verl's worker-group creation, the actor/ref engines built,
+#: and ``trainer.init()`` done (rollout replicas, reward loop, checkpoint engine)
+MILESTONES = {
+    "driver_ready": re.compile(r"ray init kwargs:"),
+    "ray_up": re.compile(r"Started a local Ray instance"),
+    "task_runner_up": re.compile(r"\(TaskRunner\w* pid="),
+    "worker_group_create": re.compile(r"create worker group"),
+    "engines_ready": re.compile(r"actor and ref model engine initialized"),
+    "ready_to_fit": re.compile(r"ready to fit"),
+}
+
+
+def startup_phases(timed: list[tuple[float, str]], steps: list[dict[str, Any]]) -> dict[str, Any]:
+    """Where the time before training goes, from when each milestone's line reached the bench.
+
+    ``startup_s`` runs from the launch to the start of step 1 (the ``step:1`` line's arrival
+    less verl's ``timing_s/step`` of step 1); ``first_step_extra_s`` is how much longer step 1
+    took than the median later step (lazily spawned agent-loop workers, first kernels and
+    compilation). Ray forwards worker output with a delay of up to ~0.5 s.
+    """
+    seen: dict[str, float] = {}
+    step1_line = None
+    for t, line in timed:
+        for name, pattern in MILESTONES.items():
+            if name not in seen and pattern.search(line):
+                seen[name] = t
+        if step1_line is None and STEP1.search(line):
+            step1_line = t
+    step_s = [s["timing_s/step"] for s in steps]
+    out: dict[str, Any] = {"milestones_s": {k: round(v, 3) for k, v in sorted(seen.items(), key=lambda kv: kv[1])}}
+    if step1_line is not None and step_s:
+        start = step1_line - step_s[0]
+        out["startup_s"] = round(start, 3)
+        out["first_step_s"] = round(step_s[0], 3)
+        out["first_step_extra_s"] = round(step_s[0] - statistics.median(step_s[1:]), 3) if len(step_s) > 1 else None
+        marks = [("launch", 0.0), *sorted(seen.items(), key=lambda kv: kv[1]), ("first_step_start", start)]
+        out["phases_s"] = {f"{a}->{b}": round(tb - ta, 3) for (a, ta), (b, tb) in zip(marks, marks[1:], strict=False)}
+    return out
+
+
+STEP1 = re.compile(r"\bstep:1 - ")
 
 
 def seeded(seed: int) -> list[str]:
@@ -161,10 +207,10 @@ def summarise(
 def compare(results: list[dict[str, Any]]) -> dict[str, Any]:
     """Per run: tokens/s and mean trained length over sync of the same seed and device, mean
     and spread (population std, min, max) over seeds."""
-    base = {(r["device"], r["seed"]): r for r in results if r["run"] == "sync"}
+    base = {(r["device"], r["seed"], r.get("tag", "")): r for r in results if r["run"] == "sync" + r.get("tag", "")}
     table: dict[str, dict[str, list[float]]] = {}
     for r in results:
-        ref = base.get((r["device"], r["seed"]))
+        ref = base.get((r["device"], r["seed"], r.get("tag", "")))
         if ref is None or r["tokens_per_s"] is None or not ref["tokens_per_s"] or not ref["trained_len_mean"]:
             continue
         row = table.setdefault(f"{r['run']} ({r['device']})", {"token_speedup": [], "len_ratio": [], "seeds": []})
@@ -222,6 +268,13 @@ def main() -> None:
     parser.add_argument("--only", nargs="*", help=f"run only these ({', '.join(runs(384))})")
     parser.add_argument("--out", type=Path, default=Path("bench/results"))
     parser.add_argument("--device", choices=("cpu", "cuda"), default="cpu", help="trainer.device of every run")
+    parser.add_argument(
+        "--work", type=Path, default=None, help="where the run folders go (each keeps train.log and timed.log)"
+    )
+    parser.add_argument(
+        "--set", nargs="*", default=[], metavar="KEY=VALUE", help="extra Hydra overrides for every run (recorded)"
+    )
+    parser.add_argument("--tag", default="", help="suffix of every run's name in the results (an A/B variant)")
     args = parser.parse_args()
     seeds = [int(s) for s in args.seeds.split(",") if s.strip()]
     known = runs(args.long_tokens)
@@ -236,7 +289,7 @@ def main() -> None:
             print("error: --device cuda: torch sees no CUDA device on this machine", file=sys.stderr)
             raise SystemExit(2)
 
-    work = Path(tempfile.mkdtemp(prefix="bench_dora_"))
+    work = Path(tempfile.mkdtemp(prefix="bench_dora_", dir=args.work))
     assets = ensure_assets(size="tiny")
     skewed = write_skewed_dataset(
         assets.train,
@@ -245,7 +298,28 @@ def main() -> None:
         short_tokens=args.short_tokens,
         long_tokens=args.long_tokens,
     )
-    results = []
+    args.out.mkdir(parents=True, exist_ok=True)
+    target = args.out / "dora_cpu.json"
+    kept = earlier(target)  # the other device's records are kept
+    other = (
+        [
+            r
+            for r in json.loads(target.read_text())["results"]
+            if (r.get("device", "cpu"), r.get("tag", "")) != (args.device, args.tag) and "seed" in r
+        ]
+        if target.exists()
+        else []
+    )
+    origin = provenance(seeds=seeds)
+    workload = {
+        "long_every": args.long_every,
+        "short_tokens": args.short_tokens,
+        "long_tokens": args.long_tokens,
+        "samples_per_step": SAMPLES_PER_STEP,
+        "steps": args.steps,
+    }
+    results: list[dict[str, Any]] = []
+    summary = compare(other)
     for seed in seeds:
         for name, (config, extra) in known.items():
             if args.only and name not in args.only:
@@ -255,6 +329,7 @@ def main() -> None:
             run_dir.mkdir(parents=True)
             dora_trace, workload_trace = run_dir / "dora_trace.jsonl", run_dir / "workload.jsonl"
             start = time.perf_counter()
+            timed: list[tuple[float, str]] = []
             result = run_training(
                 configs_dir() / f"{config}.yaml",
                 [
@@ -266,11 +341,14 @@ def main() -> None:
                     f"trainer.device={args.device}",
                     *seeded(seed),
                     *extra,
+                    *args.set,
                 ],
                 run_dir,
                 env={"LONGCAT_DORA_TRACE": str(dora_trace), ENV_TRACE: str(workload_trace)},
+                on_line=lambda line, t0=start, sink=timed: sink.append((time.perf_counter() - t0, line.rstrip())),
             )
             elapsed = time.perf_counter() - start
+            (run_dir / "timed.log").write_text("".join(f"{t:9.3f} {line}\n" for t, line in timed))
             if result.returncode != 0 or len(result.steps) != args.steps:
                 raise SystemExit(f"{name} (seed {seed}) failed (exit {result.returncode}); see {result.log}")
             generated = [int(r["len"]) for r in read_jsonl(workload_trace)]
@@ -284,32 +362,23 @@ def main() -> None:
                     f"{SAMPLES_PER_STEP * args.steps} trained samples; see {run_dir}"
                 )
             record = {"device": args.device, "seed": seed} | summarise(name, result.steps, elapsed, trained, generated)
+            record["startup"] = startup_phases(timed, result.steps)
+            if args.tag or args.set:  # a variant: compared with the sync run of the same tag
+                record |= {"run": name + args.tag, "tag": args.tag, "overrides": list(args.set)}
             results.append(record)
             print(json.dumps(record), flush=True)
+            # written after every run: a run cut short (a lent GPU's time runs out) keeps the ones before it
+            summary = compare(other + results)
+            report = {
+                "workload": workload,
+                "cpu_count": os.cpu_count(),
+                "summary_vs_sync": summary,
+                "results": other + results,
+            }
+            tmp = target.with_suffix(".tmp")
+            tmp.write_text(json.dumps(stamp(report, origin, kept), indent=2))
+            os.replace(tmp, target)
 
-    args.out.mkdir(parents=True, exist_ok=True)
-    target = args.out / "dora_cpu.json"
-    kept = earlier(target)  # the other device's records are kept below
-    if target.exists():  # keep the other device's records
-        previous = json.loads(target.read_text())
-        results = [r for r in previous["results"] if r.get("device", "cpu") != args.device and "seed" in r] + results
-    summary = compare(results)
-    origin = provenance(seeds=seeds)
-    report = {
-        "workload": {
-            "long_every": args.long_every,
-            "short_tokens": args.short_tokens,
-            "long_tokens": args.long_tokens,
-            "samples_per_step": SAMPLES_PER_STEP,
-            "steps": args.steps,
-        },
-        "cpu_count": os.cpu_count(),
-        "summary_vs_sync": summary,
-        "results": results,
-    }
-    tmp = target.with_suffix(".tmp")
-    tmp.write_text(json.dumps(stamp(report, origin, kept), indent=2))
-    os.replace(tmp, target)
     plot(summary, args.out / "dora_cpu.png")
     for name, row in summary.items():
         tok, length = row["token_speedup"], row["len_ratio"]

@@ -36,6 +36,10 @@ REQUIRED_VERSIONS = ("python", "torch", "verl", "transformers", "vllm", "ray")
 REQUIRED_MACHINE = ("cpu", "cores", "ram_gib", "gpu")
 
 
+#: for a tree copied without ``.git``: the commit it was sent from, and ``0`` if it was clean
+ENV_COMMIT, ENV_DIRTY = "LONGCAT_PROVENANCE_COMMIT", "LONGCAT_PROVENANCE_DIRTY"
+
+
 def _git(*args: str) -> str | None:
     try:
         out = subprocess.run(["git", "-C", str(REPO), *args], capture_output=True, text=True, timeout=10)
@@ -105,9 +109,14 @@ def provenance(seeds: list[int] | dict[str, int] | None = None, command: list[st
     command line, seeds (``[]`` for a bench that draws no random numbers; a dict names them),
     versions and machine. Take it before the run: the code the bench imported, not the tree later."""
     status = _git("status", "--porcelain", "--untracked-files=no")
+    commit, dirty = _git("rev-parse", "HEAD"), bool(status) if status is not None else None
+    if commit is None and os.environ.get(ENV_COMMIT):
+        # a copy of the tree without its .git (the lent GPU machine): the sender names the commit
+        # it sent and whether the tree it sent differed from it
+        commit, dirty = os.environ[ENV_COMMIT].strip(), os.environ.get(ENV_DIRTY, "1") != "0"
     return {
-        "commit": _git("rev-parse", "HEAD"),
-        "dirty": bool(status) if status is not None else None,
+        "commit": commit,
+        "dirty": dirty,
         "date_utc": datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ"),
         "command": shlex.join(command if command is not None else [Path(sys.executable).name, *sys.argv]),
         "seeds": [] if seeds is None else seeds,
