@@ -330,6 +330,14 @@ def main() -> None:
             dora_trace, workload_trace = run_dir / "dora_trace.jsonl", run_dir / "workload.jsonl"
             start = time.perf_counter()
             timed: list[tuple[float, str]] = []
+            timed_log = (run_dir / "timed.log").open("w", buffering=1)  # line by line: a cut run keeps its log
+
+            def on_line(
+                line: str, t0: float = start, sink: list[tuple[float, str]] = timed, log: Any = timed_log
+            ) -> None:
+                sink.append((time.perf_counter() - t0, line.rstrip()))
+                log.write(f"{sink[-1][0]:9.3f} {sink[-1][1]}\n")
+
             result = run_training(
                 configs_dir() / f"{config}.yaml",
                 [
@@ -345,10 +353,10 @@ def main() -> None:
                 ],
                 run_dir,
                 env={"LONGCAT_DORA_TRACE": str(dora_trace), ENV_TRACE: str(workload_trace)},
-                on_line=lambda line, t0=start, sink=timed: sink.append((time.perf_counter() - t0, line.rstrip())),
+                on_line=on_line,
             )
             elapsed = time.perf_counter() - start
-            (run_dir / "timed.log").write_text("".join(f"{t:9.3f} {line}\n" for t, line in timed))
+            timed_log.close()
             if result.returncode != 0 or len(result.steps) != args.steps:
                 raise SystemExit(f"{name} (seed {seed}) failed (exit {result.returncode}); see {result.log}")
             generated = [int(r["len"]) for r in read_jsonl(workload_trace)]

@@ -36,7 +36,7 @@ REQUIRED_VERSIONS = ("python", "torch", "verl", "transformers", "vllm", "ray")
 REQUIRED_MACHINE = ("cpu", "cores", "ram_gib", "gpu")
 
 
-#: for a tree copied without ``.git``: the commit it was sent from, and ``0`` if it was clean
+#: for a copied tree (its ``.git`` missing or stale): the commit it was sent from, ``0`` if clean
 ENV_COMMIT, ENV_DIRTY = "LONGCAT_PROVENANCE_COMMIT", "LONGCAT_PROVENANCE_DIRTY"
 
 
@@ -110,9 +110,9 @@ def provenance(seeds: list[int] | dict[str, int] | None = None, command: list[st
     versions and machine. Take it before the run: the code the bench imported, not the tree later."""
     status = _git("status", "--porcelain", "--untracked-files=no")
     commit, dirty = _git("rev-parse", "HEAD"), bool(status) if status is not None else None
-    if commit is None and os.environ.get(ENV_COMMIT):
-        # a copy of the tree without its .git (the lent GPU machine): the sender names the commit
-        # it sent and whether the tree it sent differed from it
+    if os.environ.get(ENV_COMMIT):
+        # a copy of the tree whose .git is missing or stale (the lent GPU machine's was an older
+        # snapshot): the sender names the commit it sent and whether its tree differed from it
         commit, dirty = os.environ[ENV_COMMIT].strip(), os.environ.get(ENV_DIRTY, "1") != "0"
     return {
         "commit": commit,

@@ -194,6 +194,26 @@ def losses(d: dict[str, Any]) -> list[str]:
     return out
 
 
+def losses_cuda(d: dict[str, Any]) -> list[str]:
+    """The same pairs on a GPU: times in ms, and what the profiler saw launched and synchronised."""
+    out = header("setting", "loss / stock", "median ms", "ratio (paired median)", "CUDA kernels", "syncs")
+    for ours, stock in (("longcat_gspo", "gspo"), ("triplet_clip", "vanilla")):
+        for key, label in (("no_is_weights", "no IS weights"), ("with_is_weights", "with IS weights")):
+            r = d["results"][key]
+            pair, ms, ops = f"{ours}/{stock}", r["median_ms"], r["op_counts"]
+            out.append(
+                row(
+                    label,
+                    f"`{ours}` / `{stock}`",
+                    f"{ms[ours]:.2f} / {ms[stock]:.2f}",
+                    f"{r['ratios'][pair]:.2f} ({r['paired_ratio_median'][pair]:.2f})",
+                    f"{ops[ours]['cuda_kernels']} / {ops[stock]['cuda_kernels']}",
+                    f"{ops[ours]['cuda_syncs']} / {ops[stock]['cuda_syncs']}",
+                )
+            )
+    return out
+
+
 # --- archive/self_verification.json (docs/data.md) ----------------------------------------------
 
 
@@ -505,6 +525,7 @@ TABLES: dict[str, tuple[str, Renderer]] = {
     "math_equivalence": ("bench/results/archive/math_equivalence.json", math_equivalence),
     "engines": ("bench/results/engines.json", engines),
     "losses": ("bench/results/losses.json", losses),
+    "losses_cuda": ("bench/results/losses_cuda.json", losses_cuda),
     "self_verification": ("bench/results/archive/self_verification.json", self_verification),
     "data_runs": ("bench/results/archive/data.json", data_runs),
     "data_summary": ("bench/results/archive/data.json", data_summary),

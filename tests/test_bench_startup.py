@@ -1,0 +1,72 @@
+"""The DORA bench's start-up anatomy and the provenance of a copied tree: the figures the
+GPU docs quote come from these two pieces of bench code."""
+
+from __future__ import annotations
+
+import importlib
+import sys
+from pathlib import Path
+from types import ModuleType
+
+import pytest
+
+REPO = Path(__file__).resolve().parents[1]
+
+
+def bench_module(name: str) -> ModuleType:
+    sys.path.insert(0, str(REPO / "bench"))
+    try:
+        return importlib.import_module(name)
+    finally:
+        sys.path.remove(str(REPO / "bench"))
+
+
+def test_startup_phases_split_the_time_before_step_one_at_verls_milestones() -> None:
+    bench = bench_module("bench_dora_cpu")
+    timed = [
+        (0.5, "UserWarning: torchtitan engine is not available"),
+        (4.0, "ray init kwargs: {'num_cpus': 8}"),
+        (10.0, "INFO worker.py:2038 -- Started a local Ray instance."),
+        (15.0, "\x1b[36m(TaskRunnerV1 pid=12)\x1b[0m {'actor_rollout_ref': ..."),
+        (20.0, "(TaskRunnerV1 pid=12) INFO:...:create worker group dict_keys(['actor_rollout'])"),
+        (21.0, "(TaskRunnerV1 pid=12) INFO:...:create worker group dict_keys(['again'])"),  # first one counts
+        (30.0, "(TaskRunnerV1 pid=12) INFO:...:actor and ref model engine initialized"),
+        (36.0, "(TaskRunnerV1 pid=12) INFO:...:all initialize finished, ready to fit"),
+        (47.0, "(TaskRunnerV1 pid=12) step:1 - global_seqlen/min:1205.0 - timing_s/step:9.0"),
+        (49.0, "(TaskRunnerV1 pid=12) step:2 - timing_s/step:2.0"),
+    ]
+    steps = [{"timing_s/step": 9.0}, {"timing_s/step": 2.0}, {"timing_s/step": 3.0}]
+    out = bench.startup_phases(timed, steps)
+    assert out["startup_s"] == pytest.approx(38.0)  # step 1's line at 47 s, less its 9 s
+    assert out["first_step_extra_s"] == pytest.approx(9.0 - 2.5)
+    phases = out["phases_s"]
+    assert list(phases) == [
+        "launch->driver_ready",
+        "driver_ready->ray_up",
+        "ray_up->task_runner_up",
+        "task_runner_up->worker_group_create",
+        "worker_group_create->engines_ready",
+        "engines_ready->ready_to_fit",
+        "ready_to_fit->first_step_start",
+    ]
+    assert phases["worker_group_create->engines_ready"] == pytest.approx(10.0)
+    assert sum(phases.values()) == pytest.approx(out["startup_s"])
+
+
+def test_startup_phases_without_a_first_step_keep_the_milestones_seen() -> None:
+    """A run cut short (the lent GPU's time ran out) still says how far it got."""
+    bench = bench_module("bench_dora_cpu")
+    out = bench.startup_phases([(3.0, "ray init kwargs: {}"), (70.0, "Started a local Ray instance")], [])
+    assert out == {"milestones_s": {"driver_ready": 3.0, "ray_up": 70.0}}
+
+
+def test_provenance_takes_the_sent_commit_over_a_stale_git(monkeypatch: pytest.MonkeyPatch) -> None:
+    prov = bench_module("provenance")
+    monkeypatch.setenv(prov.ENV_COMMIT, "a" * 40)
+    monkeypatch.setenv(prov.ENV_DIRTY, "0")
+    record = prov.provenance(seeds=[0])
+    assert (record["commit"], record["dirty"]) == ("a" * 40, False)
+    monkeypatch.delenv(prov.ENV_DIRTY)
+    assert prov.provenance(seeds=[0])["dirty"] is True  # unsaid: assume the sent tree differed
+    monkeypatch.delenv(prov.ENV_COMMIT)
+    assert prov.provenance(seeds=[0])["commit"] != "a" * 40
