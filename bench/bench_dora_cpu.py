@@ -31,8 +31,11 @@ summary gives, per run, the per-token speed-up and the mean trained length over 
 same seed (mean and spread over seeds).
 
 ``--device cuda`` trains on the GPU (``trainer.device=cuda``; the rollout stays the ``hf``
-engine, vLLM is not used); every record carries its ``"device"``, and records of the other
-device already in ``dora_cpu.json`` are kept (a re-run replaces only its own device's runs).
+engine, vLLM is not used); every record carries its ``"device"``. A run replaces only the
+records it re-runs (same run, seed, device and ``--tag``): the others already in ``dora_cpu.json``
+are kept, so a lent GPU session that re-runs ``sync`` with what else fits adds to the file.
+``--only`` runs in the order given. Each run's start-up is broken down into phases
+(``"startup"``, from when verl's milestone lines arrived; ``timed.log`` in each run folder).
 Results: ``<out>/dora_cpu.json`` (with its provenance) and ``<out>/dora_cpu.png``.
 """
 
@@ -298,6 +301,8 @@ def main() -> None:
         short_tokens=args.short_tokens,
         long_tokens=args.long_tokens,
     )
+    order = list(dict.fromkeys(args.only)) if args.only else list(known)  # --only's order: what matters first
+    planned = {(args.device, args.tag, name + args.tag, seed) for name in order for seed in seeds}
     args.out.mkdir(parents=True, exist_ok=True)
     target = args.out / "dora_cpu.json"
     kept = earlier(target)  # the other device's records are kept
@@ -305,7 +310,9 @@ def main() -> None:
         [
             r
             for r in json.loads(target.read_text())["results"]
-            if (r.get("device", "cpu"), r.get("tag", "")) != (args.device, args.tag) and "seed" in r
+            # every record this invocation does not re-run is kept (a lent GPU session re-runs
+            # `sync` with whatever else fits, so each ratio has a baseline from its own session)
+            if "seed" in r and (r.get("device", "cpu"), r.get("tag", ""), r["run"], r["seed"]) not in planned
         ]
         if target.exists()
         else []
@@ -321,9 +328,8 @@ def main() -> None:
     results: list[dict[str, Any]] = []
     summary = compare(other)
     for seed in seeds:
-        for name, (config, extra) in known.items():
-            if args.only and name not in args.only:
-                continue
+        for name in order:
+            config, extra = known[name]
             ray_tmp = tempfile.mkdtemp(prefix="lcray", dir="/tmp")
             run_dir = work / f"{name}_s{seed}"
             run_dir.mkdir(parents=True)

@@ -7,7 +7,7 @@
 #
 # In order, each cut off by what is left of budget_s (default 560), so what finished comes back:
 # 1. bench_losses.py --device cuda -> $OUT/losses_cuda.json (issue 34, goal 1);
-# 2. bench_dora_cpu.py --device cuda (sync, dora_1, dora_1_window, dora_1_length, 8 steps, seed 0)
+# 2. bench_dora_cpu.py --device cuda (sync, then the admission and replay runs, then dora_1; 8 steps, seed 0)
 #    -> $OUT/dora_cpu.json, merged into a copy of the committed file (its CPU records kept), with
 #    each run's start-up phases; the runs' timed logs -> $OUT/timed_logs.tgz.
 # The packed site has no bytecode (device-pack installs with --no-compile); compile it first, as
@@ -28,7 +28,7 @@ timeout -k 5 $(( $(left) < 150 ? $(left) : 150 )) python3 bench/bench_losses.py 
 echo "losses: rc=$? in $((SECONDS - t)) s"; tail -n 25 "$OUT/losses.log"
 t=$SECONDS
 timeout -k 10 $(( $(left) - 20 )) python3 bench/bench_dora_cpu.py --device cuda --steps 8 --seeds 0 \
-  --only sync dora_1 dora_1_window dora_1_length --out "$OUT" --work /tmp/work >"$OUT/dora.log" 2>&1
+  --only sync dora_1_window dora_1_length dora_1_replay dora_1 --out "$OUT" --work /tmp/work >"$OUT/dora.log" 2>&1
 echo "dora: rc=$? in $((SECONDS - t)) s"
 grep -E '^\{"device"' "$OUT/dora.log" | python3 -c '
 import json, sys
