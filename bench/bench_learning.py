@@ -35,6 +35,7 @@ import tempfile
 from math import comb
 from pathlib import Path
 
+from heldout_curve import time_to_target, validation_curve  # one definition for every learning bench
 from learning_diagnostics import train_diagnostics
 from provenance import earlier, provenance, stamp, write_sidecar  # bench/provenance.py: the record every bench writes
 
@@ -123,13 +124,6 @@ def check_append(runs: list[dict], wanted: dict, out: Path) -> None:
             )
 
 
-def time_to_target(curve: list[dict], target: float | None) -> float | None:
-    """Training wall-clock (s) at the first validation whose accuracy reaches ``target``."""
-    if target is None:
-        return None
-    return next((p["wall_s"] for p in curve if p["acc"] >= target), None)
-
-
 def run(
     objective: str,
     trainer: str,
@@ -144,7 +138,7 @@ def run(
     schedule: str = "cosine",
 ) -> dict:
     from longcat_plugins.learning.demos import prepare_demo
-    from longcat_plugins.runtime.launch import resolve_config, run_training, val_accuracy
+    from longcat_plugins.runtime.launch import resolve_config, run_training
 
     if trainer not in TRAINERS:
         raise ValueError(f"--trainers: unknown {trainer!r}; choices: {', '.join(TRAINERS)}")
@@ -170,12 +164,8 @@ def run(
         shutil.rmtree(ray_tmp, ignore_errors=True)
     if result.returncode != 0:
         raise RuntimeError(f"{objective}/{trainer}/seed {seed} failed; see {result.log}")
-    curve, wall = [], 0.0
-    for record in sorted(result.steps, key=lambda s: s["step"]):
-        wall += record.get("timing_s/step", 0.0)
-        acc = val_accuracy(record)
-        if acc is not None:
-            curve.append({"step": record["step"], "wall_s": round(wall, 2), "acc": acc})
+    curve = validation_curve(result.steps)
+    wall = sum(float(record.get("timing_s/step", 0.0)) for record in result.steps)
     if len(curve) < 2:
         raise RuntimeError(f"{objective}/seed {seed}: fewer than two validations in {result.metrics}")
     checkpoint = final_checkpoint(result.checkpoints)

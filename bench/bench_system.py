@@ -9,11 +9,17 @@ on the same warm start and seeds as the reference.
 
 Per run: greedy held-out exact match before training and after the last step (verl's
 ``val-core`` metric), ``wall_s`` (the sum of verl's ``timing_s/step``: training only, no start-up
-or validation), and ``components_active``: the components whose own metrics show they acted
-(:func:`longcat_plugins.evaluation.system.components_active`).
+or validation), ``components_active``: the components whose own metrics show they acted
+(:func:`longcat_plugins.evaluation.system.components_active`), and ``time_to_target_s``: the
+training wall-clock at the first validation reaching ``target`` held-out accuracy (``None`` if
+none does), defined as ``bench_learning.py``'s (``bench/heldout_curve.py``), with the
+validation ``curve`` it was read from. ``--test-freq`` validates more often than the demo does
+(its every 3 steps) so that the figure is as fine as ``bench_learning.py``'s; validation does not
+change the recipe or update the policy, but it does shift when DORA's asynchronous generation
+happens, so such a run is not the demo's run bit for bit. ``test_freq`` is recorded per run.
 
     .venv/bin/python bench/bench_system.py [--recipes longcat] [--seeds 0,1,2] [--steps 12]
-        [--out bench/results/system.json]
+        [--test-freq 3] [--target 0.6] [--out bench/results/system.json]
 
 Writes ``{"runs": [...]}`` with the provenance record beside the runs.
 """
@@ -25,29 +31,39 @@ import json
 import shutil
 import sys
 import tempfile
+import time
 from pathlib import Path
 
+from heldout_curve import time_to_target, validation_curve  # one definition for every learning bench
 from provenance import REPO, provenance
 
 #: recipe -> the trainer it runs
 TRAINERS = {"longcat": "dora", "arithmetic": "sync"}
 
 
-def run(recipe: str, seed: int, steps: int, work: Path) -> dict:
+def run(recipe: str, seed: int, steps: int, work: Path, test_freq: int | None, target: float) -> dict:
+    """One demo run of ``recipe`` on ``seed``; ``test_freq`` replaces the demo's validation
+    interval (``None``: the demo's own)."""
     from longcat_plugins.evaluation.system import components_active
     from longcat_plugins.learning.arithmetic_warmstart import ensure_warm_start
     from longcat_plugins.learning.demos import SYSTEM_VERDICTS, prepare_demo
-    from longcat_plugins.runtime.launch import heldout_accuracy, resolve_config, run_training
+    from longcat_plugins.runtime.launch import resolve_config, run_training
 
     warm = ensure_warm_start(None, size="tiny", verdicts=SYSTEM_VERDICTS if recipe == "longcat" else 0.0)
     demo = prepare_demo(recipe, warm, steps, init="warm")
     seeded = ("data.seed=", "actor_rollout_ref.actor.data_loader_seed=", "actor_rollout_ref.rollout.seed=")
+    replaced = (*seeded, "trainer.save_freq=", *(("trainer.test_freq=",) if test_freq is not None else ()))
+    demo_freq = [int(o.split("=", 1)[1]) for o in demo.overrides if o.startswith("trainer.test_freq=")]
+    if test_freq is None and len(demo_freq) != 1:
+        raise RuntimeError(f"demo {recipe!r} sets no single trainer.test_freq: {demo.overrides}")
+    freq = test_freq if test_freq is not None else demo_freq[0]
     ray_tmp = Path(tempfile.mkdtemp(prefix="lcsys", dir="/tmp"))
     try:
         result = run_training(
             resolve_config(demo.config),
             [
-                *(o for o in demo.overrides if not o.startswith((*seeded, "trainer.save_freq="))),
+                *(o for o in demo.overrides if not o.startswith(replaced)),
+                f"trainer.test_freq={freq}",
                 f"data.seed={seed}",
                 f"actor_rollout_ref.actor.data_loader_seed={seed}",
                 f"actor_rollout_ref.rollout.seed={seed}",
@@ -61,19 +77,23 @@ def run(recipe: str, seed: int, steps: int, work: Path) -> dict:
         shutil.rmtree(ray_tmp, ignore_errors=True)
     if result.returncode != 0:
         raise RuntimeError(f"{recipe}/seed {seed} failed; see {result.log}")
-    accuracy = heldout_accuracy(result.steps)
+    curve = validation_curve(result.steps)
     trained = [s for s in result.steps if "timing_s/step" in s]
-    if accuracy is None or len(trained) != steps:
+    if len(curve) < 2 or curve[0]["step"] != 0 or curve[-1]["step"] != steps or len(trained) != steps:
         raise RuntimeError(f"{recipe}/seed {seed}: missing validations or steps in {result.metrics}")
     return {
         "recipe": recipe,
         "trainer": TRAINERS[recipe],
         "seed": seed,
         "steps": steps,
-        "acc_before": accuracy[0],
-        "acc_after": accuracy[1],
+        "acc_before": curve[0]["acc"],
+        "acc_after": curve[-1]["acc"],
         "wall_s": round(sum(float(s["timing_s/step"]) for s in trained), 2),
         "components_active": components_active(result.steps) if recipe == "longcat" else [],
+        "target": target,
+        "time_to_target_s": time_to_target(curve, target),
+        "test_freq": freq,
+        "curve": curve,
     }
 
 
@@ -82,6 +102,10 @@ def main() -> None:
     parser.add_argument("--recipes", default="longcat", help=f"subset of {','.join(TRAINERS)}")
     parser.add_argument("--seeds", default="0,1,2")
     parser.add_argument("--steps", type=int, default=12)
+    parser.add_argument(
+        "--test-freq", type=int, default=None, help="validate every N steps (default: the demo's own interval)"
+    )
+    parser.add_argument("--target", type=float, default=0.6, help="held-out accuracy for time_to_target_s")
     parser.add_argument("--out", type=Path, default=REPO / "bench" / "results" / "system.json")
     args = parser.parse_args()
     recipes = [r for r in args.recipes.split(",") if r]
@@ -89,17 +113,21 @@ def main() -> None:
     if unknown:
         parser.error(f"--recipes: unknown {', '.join(unknown)}; choices: {', '.join(TRAINERS)}")
     seeds = [int(s) for s in args.seeds.split(",") if s]
+    if args.test_freq is not None and not 1 <= args.test_freq <= args.steps:
+        parser.error(f"--test-freq: {args.test_freq} must lie in 1..--steps ({args.steps})")
+    origin = provenance(seeds=seeds)  # before the runs: the code they imported, not the tree later
     runs = []
     with tempfile.TemporaryDirectory(prefix="longcat-system-") as work:
         for recipe in recipes:
             for seed in seeds:
-                runs.append(run(recipe, seed, args.steps, Path(work)))
-                print(json.dumps(runs[-1]), flush=True)
+                started = time.monotonic()
+                runs.append(run(recipe, seed, args.steps, Path(work), args.test_freq, args.target))
+                print(json.dumps(runs[-1]), f"({time.monotonic() - started:.0f} s with start-up)", flush=True)
     from longcat_plugins.evaluation.system import EVIDENCE
 
     out = {
         "runs": runs,
-        "provenance": provenance(seeds=seeds),
+        "provenance": origin,
         "evidence": {name: why for name, (why, _) in EVIDENCE.items()},
     }
     args.out.write_text(json.dumps(out, indent=2) + "\n")

@@ -370,6 +370,97 @@ def learning(d: dict[str, Any]) -> list[str]:
     return out
 
 
+# --- learning_time_to_target.json, system.json (docs/learning.md) ------------------------------
+
+
+def seconds_to_target(r: dict[str, Any]) -> str:
+    ttt = r["time_to_target_s"]
+    return "not reached" if ttt is None else f"{ttt:.1f}"
+
+
+def spread(values: list[float], fmt: Callable[[float], str]) -> str:
+    """Mean over seeds and their range: three seeds are not a distribution, so both show."""
+    if len(values) == 1:
+        return fmt(values[0])
+    return f"{fmt(statistics.fmean(values))} ({fmt(min(values))}-{fmt(max(values))})"
+
+
+def target_label(runs: list[dict[str, Any]]) -> str:
+    targets = {r["target"] for r in runs}
+    if len(targets) != 1:
+        raise SystemExit(f"rows measured against different targets {sorted(targets)}: one table compares one target")
+    return f"time to {pct(targets.pop(), 0)} (s)"
+
+
+def time_to_target(d: dict[str, Any]) -> list[str]:
+    runs = sorted(d["runs"], key=lambda r: (r["seed"], r["trainer"] != "sync"))
+    out = header("trainer", "seed", "held-out before", "after", "training s", target_label(runs))
+    for r in runs:
+        out.append(
+            row(
+                f"`{r['trainer']}`",
+                r["seed"],
+                pct(r["acc_before"]),
+                pct(r["acc_after"]),
+                round(r["wall_s"]),
+                seconds_to_target(r),
+            )
+        )
+    return out
+
+
+def time_to_target_summary(d: dict[str, Any]) -> list[str]:
+    """Per trainer over its seeds; a mean time to target only over seeds that reached it, which the
+    "reached" column counts."""
+    out = header("trainer", "seeds", "reached", "time to target, s: mean (range)", "training s", "held-out after")
+    for trainer in dict.fromkeys(r["trainer"] for r in sorted(d["runs"], key=lambda r: r["trainer"] != "sync")):
+        mine = [r for r in d["runs"] if r["trainer"] == trainer]
+        reached = [r["time_to_target_s"] for r in mine if r["time_to_target_s"] is not None]
+        out.append(
+            row(
+                f"`{trainer}`",
+                ", ".join(str(r["seed"]) for r in sorted(mine, key=lambda r: r["seed"])),
+                f"{len(reached)} / {len(mine)}",
+                spread(reached, lambda x: f"{x:.1f}") if reached else "–",
+                spread([r["wall_s"] for r in mine], lambda x: f"{x:.0f}"),
+                spread([r["acc_after"] for r in mine], pct),
+            )
+        )
+    return out
+
+
+def system_runs(d: dict[str, Any]) -> list[str]:
+    """Per run; "components acting" counts those whose own metrics show they acted, of the
+    components the file's ``evidence`` names."""
+    runs = sorted(d["runs"], key=lambda r: (r["recipe"], r["seed"]))
+    out = header(
+        "recipe",
+        "trainer",
+        "seed",
+        "validation every",
+        "held-out before",
+        "after",
+        "training s",
+        target_label(runs),
+        "components acting",
+    )
+    for r in runs:
+        out.append(
+            row(
+                f"`{r['recipe']}`",
+                f"`{r['trainer']}`",
+                r["seed"],
+                f"{r['test_freq']} steps",
+                pct(r["acc_before"]),
+                pct(r["acc_after"]),
+                round(r["wall_s"]),
+                seconds_to_target(r),
+                f"{len(r['components_active'])} of {len(d['evidence'])}",
+            )
+        )
+    return out
+
+
 # --- archive/tool_selection.json (docs/environments.md) -----------------------------------------
 
 
@@ -530,6 +621,9 @@ TABLES: dict[str, tuple[str, Renderer]] = {
     "data_runs": ("bench/results/archive/data.json", data_runs),
     "data_summary": ("bench/results/archive/data.json", data_summary),
     "learning": ("bench/results/archive/learning.json", learning),
+    "time_to_target": ("bench/results/learning_time_to_target.json", time_to_target),
+    "time_to_target_summary": ("bench/results/learning_time_to_target.json", time_to_target_summary),
+    "system_runs": ("bench/results/system.json", system_runs),
     "tool_selection": ("bench/results/archive/tool_selection.json", tool_selection),
     "tool_graphs": ("longcat_plugins/environments/domains", tool_graphs),
     "warm_starts": ("bench/results/archive/warm_starts.json", warm_starts),

@@ -261,9 +261,13 @@ def test_time_to_target_is_the_first_validation_reaching_it() -> None:
 
     sys.path.insert(0, str(REPO / "bench"))
     try:
-        from bench_learning import time_to_target
+        import bench_learning
+        import bench_system
+        from heldout_curve import time_to_target
     finally:
         sys.path.remove(str(REPO / "bench"))
+    # both learning benches read it with the one definition
+    assert bench_learning.time_to_target is time_to_target and bench_system.time_to_target is time_to_target
     curve = [
         {"step": 0, "wall_s": 0.0, "acc": 0.2},
         {"step": 3, "wall_s": 30.0, "acc": 0.5},
@@ -273,6 +277,36 @@ def test_time_to_target_is_the_first_validation_reaching_it() -> None:
     assert time_to_target(curve, 0.2) == 0.0
     assert time_to_target(curve, 0.6) is None
     assert time_to_target(curve, None) is None
+
+
+def test_validation_curve_clocks_training_only() -> None:
+    """The clock of ``time_to_target_s``: the running sum of verl's ``timing_s/step`` over the
+    trained steps up to each validation (step 0's validation at 0 s), whatever the record order;
+    steps without a validation move the clock but add no point."""
+    import sys
+
+    from conftest import REPO
+
+    sys.path.insert(0, str(REPO / "bench"))
+    try:
+        from heldout_curve import time_to_target, validation_curve
+    finally:
+        sys.path.remove(str(REPO / "bench"))
+    acc = "val-core/arithmetic/acc/mean@1"
+    records = [
+        {"step": 2, "timing_s/step": 4.5, acc: 0.5, "timing_s/testing": 9.0},
+        {"step": 0, acc: 0.25},
+        {"step": 1, "timing_s/step": 3.25},
+        {"step": 3, "timing_s/step": 5.0},
+        {"step": 4, "timing_s/step": 2.0, acc: 0.75},
+    ]
+    curve = validation_curve(records)
+    assert curve == [
+        {"step": 0, "wall_s": 0.0, "acc": 0.25},
+        {"step": 2, "wall_s": 7.75, "acc": 0.5},
+        {"step": 4, "wall_s": 14.75, "acc": 0.75},
+    ]
+    assert time_to_target(curve, 0.6) == 14.75
 
 
 def test_bench_append_refuses_rows_on_other_settings(tmp_path: Path) -> None:
