@@ -609,6 +609,93 @@ def tool_graphs(_: Any) -> list[str]:
     return out
 
 
+# --- dora_cpu.json, the device's records (docs/schedulers.md) ----------------------------------
+
+
+def _cuda_runs(d: dict[str, Any]) -> list[dict[str, Any]]:
+    return [r for r in d["results"] if r.get("device") == "cuda"]
+
+
+def dora_cuda(d: dict[str, Any]) -> list[str]:
+    """The GPU runs, each against the `sync` run of its seed (and tag)."""
+    out = header(
+        "run (cuda, seed)",
+        "tokens/s",
+        "samples/s",
+        "mean trained length",
+        "p90",
+        "generated length (mean, samples)",
+        "finished groups evicted as stale",
+        "in-flight stops",
+    )
+    runs = _cuda_runs(d)
+    base = {(r["seed"], r.get("tag", "")): r for r in runs if r["run"] == "sync" + r.get("tag", "")}
+    for r in runs:
+        ref = base.get((r["seed"], r.get("tag", "")))
+        other = ref is not None and ref is not r
+
+        def vs(
+            key: str, digits: int, r: dict[str, Any] = r, ref: dict[str, Any] | None = ref, other: bool = other
+        ) -> str:
+            text = f"{r[key]:.{digits}f}"
+            return f"{text} ({r[key] / ref[key]:.2f}x)" if other and ref and ref[key] else text
+
+        out.append(
+            row(
+                f"`{r['run']}` ({r['seed']})",
+                vs("tokens_per_s", 0),
+                vs("samples_per_s", 2),
+                vs("trained_len_mean", 1),
+                f"{r['trained_len_p90']:.0f}",
+                f"{r['generated_len_mean']:.1f} ({r['generated_samples']})",
+                f"{r.get('evicted_stale_groups') or 0:.0f}",
+                f"{r.get('stale_aborted') or 0:.0f}",
+            )
+        )
+    return out
+
+
+#: the start-up phases, in order, with what happens in each (docs/schedulers.md)
+STARTUP_PHASES = (
+    (
+        "launch->driver_ready",
+        "launch -> driver ready",
+        "`python -m verl.trainer.main_ppo`: imports, Hydra, our preflight",
+    ),
+    (
+        "driver_ready->ray_up",
+        "-> Ray up",
+        "`ray.init`, and Ray's dashboard where it is on (60 s of waiting for one that never came, above)",
+    ),
+    ("ray_up->task_runner_up", "-> TaskRunner up", "the TaskRunner actor's process and imports"),
+    ("task_runner_up->worker_group_create", "-> worker group created", "config, TransferQueue's actors, datasets"),
+    ("worker_group_create->engines_ready", "-> actor/ref engines ready", "the `WorkerDict` process, CUDA, NCCL, FSDP"),
+    ("engines_ready->ready_to_fit", "-> `trainer.init()` done", "`sync`: the colocated `hf` replica's process"),
+    (
+        "ready_to_fit->first_step_start",
+        "-> step 1 starts",
+        "`dora`: checkpoint-engine worker, standalone replica, balancer, agent-loop worker, warm-up batches",
+    ),
+)
+
+
+def dora_startup(d: dict[str, Any]) -> list[str]:
+    """Seconds of each start-up phase of every GPU run (records with a ``startup`` breakdown)."""
+    runs = [r for r in _cuda_runs(d) if r.get("startup", {}).get("phases_s")]
+    out = header("phase (seconds)", *(f"`{r['run']}`" for r in runs), "what happens there")
+    for key, label, what in STARTUP_PHASES:
+        out.append(row(label, *(f"{r['startup']['phases_s'].get(key, float('nan')):.1f}" for r in runs), what))
+    out.append(row("**before step 1**", *(f"**{r['startup']['startup_s']:.1f}**" for r in runs), ""))
+    out.append(
+        row(
+            "step 1 beyond a later step",
+            *(f"{r['startup']['first_step_extra_s']:.1f}" for r in runs),
+            "`sync`: the agent-loop worker spawned inside step 1, first kernels",
+        )
+    )
+    return out
+
+
 #: name -> (results file, renderer)
 TABLES: dict[str, tuple[str, Renderer]] = {
     "rewards_math": ("bench/results/rewards.json", rewards_math),
@@ -617,6 +704,8 @@ TABLES: dict[str, tuple[str, Renderer]] = {
     "engines": ("bench/results/engines.json", engines),
     "losses": ("bench/results/losses.json", losses),
     "losses_cuda": ("bench/results/losses_cuda.json", losses_cuda),
+    "dora_cuda": ("bench/results/dora_cpu.json", dora_cuda),
+    "dora_startup": ("bench/results/dora_cpu.json", dora_startup),
     "self_verification": ("bench/results/archive/self_verification.json", self_verification),
     "data_runs": ("bench/results/archive/data.json", data_runs),
     "data_summary": ("bench/results/archive/data.json", data_summary),
