@@ -665,7 +665,7 @@ STARTUP_PHASES = (
     (
         "driver_ready->ray_up",
         "-> Ray up",
-        "`ray.init`, and Ray's dashboard where it is on (60 s of waiting for one that never came, above)",
+        "`ray.init`, and Ray's dashboard where it is on (60 s of waiting for one that never came, below)",
     ),
     ("ray_up->task_runner_up", "-> TaskRunner up", "the TaskRunner actor's process and imports"),
     ("task_runner_up->worker_group_create", "-> worker group created", "config, TransferQueue's actors, datasets"),
