@@ -27,6 +27,7 @@ import tempfile
 from pathlib import Path
 
 from provenance import earlier, provenance, stamp  # bench/provenance.py: the record every bench writes
+from training_run import seed_overrides, train_or_raise
 
 S = "+longcat.settings.scheduler.longcat_data"
 #: strategy -> settings overrides on the longcat_data trainer
@@ -45,32 +46,24 @@ STRATEGIES: dict[str, list[str]] = {
 
 def run(strategy: str, seed: int, steps: int, tasks: int, assets, work: Path) -> dict:
     from longcat_plugins.learning.demos import prepare_demo
-    from longcat_plugins.runtime.launch import resolve_config, run_training, val_accuracy
+    from longcat_plugins.runtime.launch import resolve_config, val_accuracy
 
     demo = prepare_demo("arithmetic", assets, steps, init="warm")
-    ray_tmp = Path(tempfile.mkdtemp(prefix="lcd", dir="/tmp"))
-    try:
-        result = run_training(
-            resolve_config(demo.config),
-            [
-                *demo.overrides,
-                "trainer.total_epochs=100",
-                f"trainer.test_freq={steps}",
-                "trainer.save_freq=-1",
-                f"data.train_max_samples={tasks}",
-                f"data.seed={seed}",
-                f"actor_rollout_ref.actor.data_loader_seed={seed}",
-                f"actor_rollout_ref.rollout.seed={seed}",
-                "trainer.v1.trainer_mode=longcat_data",
-                f"+ray_kwargs.ray_init._temp_dir={ray_tmp}",
-                *STRATEGIES[strategy],
-            ],
-            work / f"{strategy}-seed{seed}",
-        )
-    finally:
-        shutil.rmtree(ray_tmp, ignore_errors=True)
-    if result.returncode != 0:
-        raise RuntimeError(f"{strategy}/seed {seed} failed; see {result.log}")
+    result = train_or_raise(
+        resolve_config(demo.config),
+        [
+            *demo.overrides,
+            "trainer.total_epochs=100",
+            f"trainer.test_freq={steps}",
+            "trainer.save_freq=-1",
+            f"data.train_max_samples={tasks}",
+            *seed_overrides(seed),
+            "trainer.v1.trainer_mode=longcat_data",
+            *STRATEGIES[strategy],
+        ],
+        work / f"{strategy}-seed{seed}",
+        f"{strategy}/seed {seed}",
+    )
     records = sorted(result.steps, key=lambda s: s["step"])
     accs = [a for a in (val_accuracy(r) for r in records) if a is not None]
     trained = [r for r in records if "longcat/data/trained_groups" in r]

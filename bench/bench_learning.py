@@ -30,13 +30,13 @@ from __future__ import annotations
 
 import argparse
 import json
-import shutil
 import tempfile
 from math import comb
 from pathlib import Path
 
 from learning_diagnostics import train_diagnostics
 from provenance import earlier, provenance, stamp, write_sidecar  # bench/provenance.py: the record every bench writes
+from training_run import seed_overrides, train_or_raise
 
 #: objective -> overrides on the demo recipe
 OBJECTIVES: dict[str, list[str]] = {
@@ -84,13 +84,7 @@ def sampled_pass_at_k(model: Path, val: Path, n: int = 8, seed: int = 0) -> dict
 def seeded_run(seed: int, test_freq: int) -> list[str]:
     """The run seed (data order, data loader, sampling), validation every ``test_freq`` steps, and
     epochs enough that ``trainer.total_training_steps`` is what stops the run."""
-    return [
-        "trainer.total_epochs=100",
-        f"trainer.test_freq={test_freq}",
-        f"data.seed={seed}",
-        f"actor_rollout_ref.actor.data_loader_seed={seed}",
-        f"actor_rollout_ref.rollout.seed={seed}",
-    ]
+    return ["trainer.total_epochs=100", f"trainer.test_freq={test_freq}", *seed_overrides(seed)]
 
 
 def final_checkpoint(checkpoints: Path) -> Path | None:
@@ -144,32 +138,26 @@ def run(
     schedule: str = "cosine",
 ) -> dict:
     from longcat_plugins.learning.demos import prepare_demo
-    from longcat_plugins.runtime.launch import resolve_config, run_training, val_accuracy
+    from longcat_plugins.runtime.launch import resolve_config, val_accuracy
 
     if trainer not in TRAINERS:
         raise ValueError(f"--trainers: unknown {trainer!r}; choices: {', '.join(TRAINERS)}")
     demo = prepare_demo("arithmetic", assets, steps, init="warm")
-    ray_tmp = Path(tempfile.mkdtemp(prefix="lco", dir="/tmp"))
     run_dir = work / f"{objective}-{trainer}-seed{seed}"
-    try:
-        result = run_training(
-            resolve_config(TRAINERS[trainer][0]),
-            [
-                *demo.overrides,
-                *seeded_run(seed, test_freq),
-                "actor_rollout_ref.actor.checkpoint.save_contents=[model,hf_model]",
-                f"+ray_kwargs.ray_init._temp_dir={ray_tmp}",
-                *SCHEDULES[schedule],
-                *TRAINERS[trainer][1],
-                *OBJECTIVES[objective],
-                *extra,
-            ],
-            run_dir,
-        )
-    finally:
-        shutil.rmtree(ray_tmp, ignore_errors=True)
-    if result.returncode != 0:
-        raise RuntimeError(f"{objective}/{trainer}/seed {seed} failed; see {result.log}")
+    result = train_or_raise(
+        resolve_config(TRAINERS[trainer][0]),
+        [
+            *demo.overrides,
+            *seeded_run(seed, test_freq),
+            "actor_rollout_ref.actor.checkpoint.save_contents=[model,hf_model]",
+            *SCHEDULES[schedule],
+            *TRAINERS[trainer][1],
+            *OBJECTIVES[objective],
+            *extra,
+        ],
+        run_dir,
+        f"{objective}/{trainer}/seed {seed}",
+    )
     curve, wall = [], 0.0
     for record in sorted(result.steps, key=lambda s: s["step"]):
         wall += record.get("timing_s/step", 0.0)

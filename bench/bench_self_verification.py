@@ -36,6 +36,7 @@ import tempfile
 from pathlib import Path
 
 from provenance import earlier, provenance, stamp  # bench/provenance.py: the record every bench writes
+from training_run import seed_overrides, train_or_raise
 
 S = "+longcat.settings.scheduler.longcat_data"
 MODES = ("baseline", "selfverify")
@@ -46,7 +47,7 @@ PROMPT_TOKENS = 40
 def run(mode: str, seed: int, args: argparse.Namespace, assets, work: Path) -> dict:
     from longcat_plugins.learning.arithmetic_warmstart import VERDICT_CORRECT, VERDICT_INCORRECT, VERIFY_PROMPT
     from longcat_plugins.learning.demos import prepare_demo
-    from longcat_plugins.runtime.launch import resolve_config, run_training, val_accuracy
+    from longcat_plugins.runtime.launch import resolve_config, val_accuracy
 
     steps, window, min_delta = args.steps, args.window, args.min_delta
     demo = prepare_demo("arithmetic", assets, steps, init="warm")
@@ -65,31 +66,23 @@ def run(mode: str, seed: int, args: argparse.Namespace, assets, work: Path) -> d
         f"{S}.selfverify.correct='{VERDICT_CORRECT}'",
         f"{S}.selfverify.incorrect='{VERDICT_INCORRECT}'",
     ]
-    ray_tmp = Path(tempfile.mkdtemp(prefix="lcsv", dir="/tmp"))
-    try:
-        result = run_training(
-            resolve_config(demo.config),
-            [
-                *overrides,
-                "reward.custom_reward_function.name=selfverify",
-                "+longcat.settings.reward.selfverify.main=arithmetic_exact",
-                "trainer.total_epochs=100",
-                f"data.max_prompt_length={PROMPT_TOKENS}",
-                f"trainer.test_freq={args.test_freq or steps}",
-                "trainer.save_freq=-1",
-                f"data.seed={seed}",
-                f"actor_rollout_ref.actor.data_loader_seed={seed}",
-                f"actor_rollout_ref.rollout.seed={seed}",
-                "trainer.v1.trainer_mode=longcat_data",
-                f"+ray_kwargs.ray_init._temp_dir={ray_tmp}",
-                *(verify if mode == "selfverify" else [f"{S}.selfverify.enable=false"]),
-            ],
-            work / f"{mode}-seed{seed}",
-        )
-    finally:
-        shutil.rmtree(ray_tmp, ignore_errors=True)
-    if result.returncode != 0:
-        raise RuntimeError(f"{mode}/seed {seed} failed; see {result.log}")
+    result = train_or_raise(
+        resolve_config(demo.config),
+        [
+            *overrides,
+            "reward.custom_reward_function.name=selfverify",
+            "+longcat.settings.reward.selfverify.main=arithmetic_exact",
+            "trainer.total_epochs=100",
+            f"data.max_prompt_length={PROMPT_TOKENS}",
+            f"trainer.test_freq={args.test_freq or steps}",
+            "trainer.save_freq=-1",
+            *seed_overrides(seed),
+            "trainer.v1.trainer_mode=longcat_data",
+            *(verify if mode == "selfverify" else [f"{S}.selfverify.enable=false"]),
+        ],
+        work / f"{mode}-seed{seed}",
+        f"{mode}/seed {seed}",
+    )
     records = sorted(result.steps, key=lambda s: s["step"])
     accs = [a for a in (val_accuracy(r) for r in records) if a is not None]
     trained = [r for r in records if "longcat/data/trained_groups" in r]

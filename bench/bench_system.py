@@ -22,12 +22,12 @@ from __future__ import annotations
 
 import argparse
 import json
-import shutil
 import sys
 import tempfile
 from pathlib import Path
 
 from provenance import REPO, provenance
+from training_run import seed_overrides, train_or_raise
 
 #: recipe -> the trainer it runs
 TRAINERS = {"longcat": "dora", "arithmetic": "sync"}
@@ -37,30 +37,22 @@ def run(recipe: str, seed: int, steps: int, work: Path) -> dict:
     from longcat_plugins.evaluation.system import components_active
     from longcat_plugins.learning.arithmetic_warmstart import ensure_warm_start
     from longcat_plugins.learning.demos import SYSTEM_VERDICTS, prepare_demo
-    from longcat_plugins.runtime.launch import heldout_accuracy, resolve_config, run_training
+    from longcat_plugins.runtime.launch import heldout_accuracy, resolve_config
 
     warm = ensure_warm_start(None, size="tiny", verdicts=SYSTEM_VERDICTS if recipe == "longcat" else 0.0)
     demo = prepare_demo(recipe, warm, steps, init="warm")
     seeded = ("data.seed=", "actor_rollout_ref.actor.data_loader_seed=", "actor_rollout_ref.rollout.seed=")
-    ray_tmp = Path(tempfile.mkdtemp(prefix="lcsys", dir="/tmp"))
-    try:
-        result = run_training(
-            resolve_config(demo.config),
-            [
-                *(o for o in demo.overrides if not o.startswith((*seeded, "trainer.save_freq="))),
-                f"data.seed={seed}",
-                f"actor_rollout_ref.actor.data_loader_seed={seed}",
-                f"actor_rollout_ref.rollout.seed={seed}",
-                "trainer.save_freq=-1",
-                "trainer.use_v1=true",
-                f"+ray_kwargs.ray_init._temp_dir={ray_tmp}",
-            ],
-            work / f"{recipe}-seed{seed}",
-        )
-    finally:
-        shutil.rmtree(ray_tmp, ignore_errors=True)
-    if result.returncode != 0:
-        raise RuntimeError(f"{recipe}/seed {seed} failed; see {result.log}")
+    result = train_or_raise(
+        resolve_config(demo.config),
+        [
+            *(o for o in demo.overrides if not o.startswith((*seeded, "trainer.save_freq="))),
+            *seed_overrides(seed),
+            "trainer.save_freq=-1",
+            "trainer.use_v1=true",
+        ],
+        work / f"{recipe}-seed{seed}",
+        f"{recipe}/seed {seed}",
+    )
     accuracy = heldout_accuracy(result.steps)
     trained = [s for s in result.steps if "timing_s/step" in s]
     if accuracy is None or len(trained) != steps:
