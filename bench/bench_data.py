@@ -26,6 +26,7 @@ import shutil
 import tempfile
 from pathlib import Path
 
+from options import choice_list, seed_list
 from provenance import earlier, provenance, stamp  # bench/provenance.py: the record every bench writes
 from training_run import seed_overrides, train_or_raise
 
@@ -127,19 +128,15 @@ def plot(runs: list[dict], path: Path) -> None:
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--strategies", default=",".join(STRATEGIES))
-    parser.add_argument("--seeds", default="0,1,2")
+    parser.add_argument("--strategies", type=choice_list(STRATEGIES), default=",".join(STRATEGIES))
+    parser.add_argument("--seeds", type=seed_list, default="0,1,2")
     parser.add_argument("--steps", type=int, default=12)
     parser.add_argument("--tasks", type=int, default=64, help="training questions drawn from (data.train_max_samples)")
     parser.add_argument("--size", default="tiny")
     parser.add_argument("--out", default="bench/results/data.json")
     parser.add_argument("--append", action="store_true", help="add to the runs already in --out")
     args = parser.parse_args()
-    strategies = [s for s in args.strategies.split(",") if s]
-    unknown = sorted(set(strategies) - set(STRATEGIES))
-    if unknown:
-        parser.error(f"--strategies: unknown {', '.join(unknown)}; choices: {', '.join(STRATEGIES)}")
-    seeds = [int(s) for s in args.seeds.split(",") if s]
+    strategies, seeds = args.strategies, args.seeds
 
     from longcat_plugins.learning.arithmetic_warmstart import ensure_warm_start
 

@@ -35,6 +35,7 @@ from math import comb
 from pathlib import Path
 
 from learning_diagnostics import train_diagnostics
+from options import choice_list, seed_list
 from provenance import earlier, provenance, stamp, write_sidecar  # bench/provenance.py: the record every bench writes
 from training_run import seed_overrides, train_or_raise
 
@@ -228,11 +229,18 @@ def plot(curves: list[dict], path: Path) -> None:
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--seeds", default="0,1,2", help="comma-separated run seeds")
+    parser.add_argument("--seeds", type=seed_list, default="0,1,2", help="comma-separated run seeds")
     parser.add_argument("--steps", type=int, default=30)
     parser.add_argument("--test-freq", type=int, default=5)
-    parser.add_argument("--objectives", default=",".join(OBJECTIVES), help=f"subset of {','.join(OBJECTIVES)}")
-    parser.add_argument("--trainers", default="sync", help=f"subset of {','.join(TRAINERS)}")
+    parser.add_argument(
+        "--objectives",
+        type=choice_list(OBJECTIVES),
+        default=",".join(OBJECTIVES),
+        help=f"subset of {','.join(OBJECTIVES)}",
+    )
+    parser.add_argument(
+        "--trainers", type=choice_list(TRAINERS), default="sync", help=f"subset of {','.join(TRAINERS)}"
+    )
     parser.add_argument("--target", type=float, default=0.6, help="held-out accuracy for time_to_target_s")
     parser.add_argument(
         "--schedule", choices=sorted(SCHEDULES), default="cosine", help="learning rate over the run (default: cosine)"
@@ -242,15 +250,7 @@ def main() -> None:
     parser.add_argument("--out", default="bench/results/learning.json")
     parser.add_argument("--append", action="store_true", help="add to the runs already in --out")
     args = parser.parse_args()
-    objectives = [o for o in args.objectives.split(",") if o]
-    unknown = sorted(set(objectives) - set(OBJECTIVES))
-    if unknown:
-        parser.error(f"--objectives: unknown {', '.join(unknown)}; choices: {', '.join(OBJECTIVES)}")
-    trainers = [t for t in args.trainers.split(",") if t]
-    unknown = sorted(set(trainers) - set(TRAINERS))
-    if unknown:
-        parser.error(f"--trainers: unknown {', '.join(unknown)}; choices: {', '.join(TRAINERS)}")
-    seeds = [int(s) for s in args.seeds.split(",") if s]
+    objectives, trainers, seeds = args.objectives, args.trainers, args.seeds
 
     out = Path(args.out)
     origin, kept = provenance(seeds=seeds), earlier(out, args.append)

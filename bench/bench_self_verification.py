@@ -35,6 +35,7 @@ import shutil
 import tempfile
 from pathlib import Path
 
+from options import choice_list, seed_list
 from provenance import earlier, provenance, stamp  # bench/provenance.py: the record every bench writes
 from training_run import seed_overrides, train_or_raise
 
@@ -138,8 +139,8 @@ def run(mode: str, seed: int, args: argparse.Namespace, assets, work: Path) -> d
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--modes", default=",".join(MODES))
-    parser.add_argument("--seeds", default="0")
+    parser.add_argument("--modes", type=choice_list(MODES), default=",".join(MODES))
+    parser.add_argument("--seeds", type=seed_list, default="0")
     parser.add_argument("--steps", type=int, default=30)
     parser.add_argument("--window", type=int, default=3)
     parser.add_argument("--min-delta", type=float, default=0.02)
@@ -151,19 +152,17 @@ def main() -> None:
     parser.add_argument("--out", default="bench/results/self_verification.json")
     parser.add_argument("--append", action="store_true", help="add to the runs already in --out")
     args = parser.parse_args()
-    modes = [m for m in args.modes.split(",") if m]
-    if set(modes) - set(MODES):
-        parser.error(f"--modes: choices are {', '.join(MODES)}")
+    modes = args.modes
     from longcat_plugins.learning.arithmetic_warmstart import ensure_warm_start
 
     assets = ensure_warm_start(size=args.size, verdicts=args.verdicts)
     out = Path(args.out)
-    origin = provenance(seeds=[int(s) for s in args.seeds.split(",") if s])
+    origin = provenance(seeds=args.seeds)
     kept = earlier(out, args.append)
     runs = json.loads(out.read_text())["runs"] if args.append and out.exists() else []
     work = Path(tempfile.mkdtemp(prefix="longcat-selfverify-"))
     for mode in modes:
-        for seed in [int(s) for s in args.seeds.split(",") if s]:
+        for seed in args.seeds:
             r = run(mode, seed, args, assets, work)
             same = ("mode", "seed", "window", "min_delta", "steps", "verdicts", "max_steps")
             runs = [x for x in runs if any(x.get(k) != r[k] for k in same)] + [r]

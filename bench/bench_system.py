@@ -26,6 +26,7 @@ import sys
 import tempfile
 from pathlib import Path
 
+from options import choice_list, seed_list
 from provenance import REPO, provenance
 from training_run import seed_overrides, train_or_raise
 
@@ -71,16 +72,14 @@ def run(recipe: str, seed: int, steps: int, work: Path) -> dict:
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--recipes", default="longcat", help=f"subset of {','.join(TRAINERS)}")
-    parser.add_argument("--seeds", default="0,1,2")
+    parser.add_argument(
+        "--recipes", type=choice_list(TRAINERS), default="longcat", help=f"subset of {','.join(TRAINERS)}"
+    )
+    parser.add_argument("--seeds", type=seed_list, default="0,1,2")
     parser.add_argument("--steps", type=int, default=12)
     parser.add_argument("--out", type=Path, default=REPO / "bench" / "results" / "system.json")
     args = parser.parse_args()
-    recipes = [r for r in args.recipes.split(",") if r]
-    unknown = sorted(set(recipes) - set(TRAINERS))
-    if unknown:
-        parser.error(f"--recipes: unknown {', '.join(unknown)}; choices: {', '.join(TRAINERS)}")
-    seeds = [int(s) for s in args.seeds.split(",") if s]
+    recipes, seeds = args.recipes, args.seeds
     runs = []
     with tempfile.TemporaryDirectory(prefix="longcat-system-") as work:
         for recipe in recipes:
