@@ -78,12 +78,6 @@ def get_sandbox(cfg: CodeRewardConfig) -> Sandbox:
         return _sandboxes[key]
 
 
-def _settings(overrides: dict[str, Any]) -> CodeRewardConfig:
-    from longcat_plugins.host import settings_with_overrides
-
-    return settings_with_overrides("reward", "code", CodeRewardConfig, overrides)
-
-
 async def compute_score(
     data_source: str,
     solution_str: str,
@@ -92,7 +86,9 @@ async def compute_score(
     **kwargs: Any,
 ) -> dict[str, Any]:
     """verl reward function: run the response's program against ``ground_truth``'s test cases."""
-    cfg = _settings(kwargs)
+    from longcat_plugins.host import settings_with_overrides  # lazily, as the reward module imports without the host
+
+    cfg = settings_with_overrides("reward", "code", CodeRewardConfig, kwargs)
     language = str((extra_info or {}).get("language") or cfg.language)
     try:
         suite = parse_test_cases(ground_truth, cfg.max_cases)
