@@ -13,9 +13,10 @@ from typing import Any
 import pytest
 import ray
 import torch
+from conftest import chat_prompt_ids
 from omegaconf import OmegaConf
 
-from longcat_plugins.learning.assets import Assets, ensure_assets
+from longcat_plugins.learning.assets import Assets
 from longcat_plugins.runtime.hf_rollout import HFServer
 from longcat_plugins.schedulers.client import DoraLLMServerClient
 from longcat_plugins.schedulers.core.balancer import BalanceContext, greedy, place_migrations
@@ -103,23 +104,8 @@ class Local:
         return Method
 
 
-@pytest.fixture(scope="module")
-def tiny(tmp_path_factory: pytest.TempPathFactory) -> Assets:
-    return ensure_assets(tmp_path_factory.mktemp("assets"), size="tiny")
-
-
 def _prompts(tiny: Assets, n: int) -> list[list[int]]:
-    from transformers import AutoTokenizer
-
-    tok = AutoTokenizer.from_pretrained(tiny.model)
-    return [
-        list(
-            tok.apply_chat_template(
-                [{"role": "user", "content": f"Add {i} and {3 * i}."}], add_generation_prompt=True, tokenize=True
-            )["input_ids"]
-        )
-        for i in range(n)
-    ]
+    return chat_prompt_ids(tiny, (f"Add {i} and {3 * i}." for i in range(n)))
 
 
 def _server(tiny: Assets, rank: int, versions: list[tuple[int, dict]]) -> HFServer:
