@@ -28,7 +28,7 @@ from pathlib import Path
 
 from options import choice_list, seed_list
 from provenance import earlier, provenance, stamp  # bench/provenance.py: the record every bench writes
-from training_run import seed_overrides, train_or_raise
+from training_run import seeded_run, train_or_raise
 
 S = "+longcat.settings.scheduler.longcat_data"
 #: strategy -> settings overrides on the longcat_data trainer
@@ -54,11 +54,9 @@ def run(strategy: str, seed: int, steps: int, tasks: int, assets, work: Path) ->
         resolve_config(demo.config),
         [
             *demo.overrides,
-            "trainer.total_epochs=100",
-            f"trainer.test_freq={steps}",
+            *seeded_run(seed, steps),
             "trainer.save_freq=-1",
             f"data.train_max_samples={tasks}",
-            *seed_overrides(seed),
             "trainer.v1.trainer_mode=longcat_data",
             *STRATEGIES[strategy],
         ],

@@ -39,9 +39,9 @@ import re
 import shutil
 from pathlib import Path
 
-from bench_learning import SCHEDULE, final_checkpoint, seeded_run
+from bench_learning import SCHEDULE, final_checkpoint
 from provenance import earlier, provenance, stamp  # bench/provenance.py: the record every bench writes
-from training_run import train_or_raise
+from training_run import seeded_run, train_or_raise
 
 from longcat_plugins.runtime.launch import FP32_TRAINING
 

@@ -37,7 +37,7 @@ from pathlib import Path
 from learning_diagnostics import train_diagnostics
 from options import choice_list, seed_list
 from provenance import earlier, provenance, stamp, write_sidecar  # bench/provenance.py: the record every bench writes
-from training_run import seed_overrides, train_or_raise
+from training_run import seeded_run, train_or_raise
 
 #: objective -> overrides on the demo recipe
 OBJECTIVES: dict[str, list[str]] = {
@@ -80,12 +80,6 @@ def sampled_pass_at_k(model: Path, val: Path, n: int = 8, seed: int = 0) -> dict
     samples, answers = sample_answers(model, val, n=n, do_sample=True, seed=seed)
     counts = [sum(exact_answer(s) == a for s in group) for group, a in zip(samples, answers, strict=True)]
     return {str(k): sum(pass_at_k(n, c, k) for c in counts) / len(counts) for k in KS if k <= n}
-
-
-def seeded_run(seed: int, test_freq: int) -> list[str]:
-    """The run seed (data order, data loader, sampling), validation every ``test_freq`` steps, and
-    epochs enough that ``trainer.total_training_steps`` is what stops the run."""
-    return ["trainer.total_epochs=100", f"trainer.test_freq={test_freq}", *seed_overrides(seed)]
 
 
 def final_checkpoint(checkpoints: Path) -> Path | None:

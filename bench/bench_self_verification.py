@@ -37,7 +37,7 @@ from pathlib import Path
 
 from options import choice_list, seed_list
 from provenance import earlier, provenance, stamp  # bench/provenance.py: the record every bench writes
-from training_run import seed_overrides, train_or_raise
+from training_run import seeded_run, train_or_raise
 
 S = "+longcat.settings.scheduler.longcat_data"
 MODES = ("baseline", "selfverify")
@@ -73,11 +73,9 @@ def run(mode: str, seed: int, args: argparse.Namespace, assets, work: Path) -> d
             *overrides,
             "reward.custom_reward_function.name=selfverify",
             "+longcat.settings.reward.selfverify.main=arithmetic_exact",
-            "trainer.total_epochs=100",
+            *seeded_run(seed, args.test_freq or steps),
             f"data.max_prompt_length={PROMPT_TOKENS}",
-            f"trainer.test_freq={args.test_freq or steps}",
             "trainer.save_freq=-1",
-            *seed_overrides(seed),
             "trainer.v1.trainer_mode=longcat_data",
             *(verify if mode == "selfverify" else [f"{S}.selfverify.enable=false"]),
         ],

@@ -20,6 +20,12 @@ def seed_overrides(seed: int) -> list[str]:
     ]
 
 
+def seeded_run(seed: int, test_freq: int) -> list[str]:
+    """The run seed, validation every ``test_freq`` steps, and epochs enough that
+    ``trainer.total_training_steps`` is what stops the run."""
+    return ["trainer.total_epochs=100", f"trainer.test_freq={test_freq}", *seed_overrides(seed)]
+
+
 def train_or_raise(
     config: Path, overrides: Sequence[str], run_dir: Path, label: str, env: dict[str, str] | None = None
 ) -> Any:
