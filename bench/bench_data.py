@@ -28,7 +28,7 @@ from pathlib import Path
 
 from options import choice_list, seed_list
 from provenance import earlier, provenance, stamp  # bench/provenance.py: the record every bench writes
-from training_run import seeded_run, train_or_raise
+from training_run import seeded_run, train_or_raise, validated_steps
 
 S = "+longcat.settings.scheduler.longcat_data"
 #: strategy -> settings overrides on the longcat_data trainer
@@ -47,7 +47,7 @@ STRATEGIES: dict[str, list[str]] = {
 
 def run(strategy: str, seed: int, steps: int, tasks: int, assets, work: Path) -> dict:
     from longcat_plugins.learning.demos import prepare_demo
-    from longcat_plugins.runtime.launch import resolve_config, val_accuracy
+    from longcat_plugins.runtime.launch import resolve_config
 
     demo = prepare_demo("arithmetic", assets, steps, init="warm")
     result = train_or_raise(
@@ -63,11 +63,7 @@ def run(strategy: str, seed: int, steps: int, tasks: int, assets, work: Path) ->
         work / f"{strategy}-seed{seed}",
         f"{strategy}/seed {seed}",
     )
-    records = sorted(result.steps, key=lambda s: s["step"])
-    accs = [a for a in (val_accuracy(r) for r in records) if a is not None]
-    trained = [r for r in records if "longcat/data/trained_groups" in r]
-    if len(accs) < 2 or len(trained) != steps:
-        raise RuntimeError(f"{strategy}/seed {seed}: missing validations or data metrics in {result.metrics}")
+    accs, trained = validated_steps(result, steps, f"{strategy}/seed {seed}", "longcat/data/trained_groups")
     groups = sum(r["longcat/data/trained_groups"] for r in trained)
     zero = sum(r["longcat/data/zero_variance_group_frac"] * r["longcat/data/trained_groups"] for r in trained)
     tokens = int(sum(r["longcat/data/rollout_tokens"] for r in trained))

@@ -37,7 +37,7 @@ from pathlib import Path
 
 from options import choice_list, seed_list
 from provenance import earlier, provenance, stamp  # bench/provenance.py: the record every bench writes
-from training_run import seeded_run, train_or_raise
+from training_run import seeded_run, train_or_raise, validated_steps
 
 S = "+longcat.settings.scheduler.longcat_data"
 MODES = ("baseline", "selfverify")
@@ -82,11 +82,7 @@ def run(mode: str, seed: int, args: argparse.Namespace, assets, work: Path) -> d
         work / f"{mode}-seed{seed}",
         f"{mode}/seed {seed}",
     )
-    records = sorted(result.steps, key=lambda s: s["step"])
-    accs = [a for a in (val_accuracy(r) for r in records) if a is not None]
-    trained = [r for r in records if "longcat/data/trained_groups" in r]
-    if len(accs) < 2 or len(trained) != steps:
-        raise RuntimeError(f"{mode}/seed {seed}: missing validations or data metrics in {result.metrics}")
+    accs, trained = validated_steps(result, steps, f"{mode}/seed {seed}", "longcat/data/trained_groups")
     phase = [r for r in trained if r.get("longcat/selfverify/phase") == 1.0]
     samples = sum(r.get("longcat/selfverify/verify_samples", 0.0) for r in phase)
     right = sum(

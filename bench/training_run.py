@@ -51,3 +51,16 @@ def demo_data(assets: Any, steps: int) -> list[str]:
         f"actor_rollout_ref.model.path={assets.model}",
         f"trainer.total_training_steps={steps}",
     ]
+
+
+def validated_steps(result: Any, steps: int, label: str, metric: str) -> tuple[list[float], list[dict[str, Any]]]:
+    """A finished run's held-out accuracies and its ``steps`` step records that carry ``metric``, in
+    step order; fewer than two validations or a step without ``metric`` raises ``RuntimeError``."""
+    from longcat_plugins.runtime.launch import val_accuracy
+
+    records = sorted(result.steps, key=lambda s: s["step"])
+    accs = [a for a in (val_accuracy(r) for r in records) if a is not None]
+    trained = [r for r in records if metric in r]
+    if len(accs) < 2 or len(trained) != steps:
+        raise RuntimeError(f"{label}: missing validations or {metric} in {result.metrics}")
+    return accs, trained
