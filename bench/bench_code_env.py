@@ -49,7 +49,7 @@ from typing import Any
 from provenance import earlier, provenance, stamp  # bench/provenance.py: the record every bench writes
 
 from longcat_plugins.environments.code_env.episode import CodeEnvSettings, CodeEpisode
-from longcat_plugins.environments.code_env.pool import WorkspacePool
+from longcat_plugins.environments.code_env.pool import WorkspacePool, copy_owned
 from longcat_plugins.environments.code_env.tasks import load_task, make_task, write_task, write_tasks
 from longcat_plugins.rewards.sandbox import Limits, Sandbox, available_levels, parse_test_cases
 from longcat_plugins.rewards.sandbox.isolation import lock_uid
@@ -98,13 +98,8 @@ async def sandbox_pair(level: str, repo: Path, cases: list[CodeCase], module: st
     sb = Sandbox(level, LIMITS, work_root=root)
     uid, fd = await sb.lease_uid()
     ws, io = os.path.join(root, "ws"), os.path.join(root, "io")
-    shutil.copytree(repo, ws)
+    copy_owned(str(repo), ws, uid)
     os.mkdir(io, 0o700)
-    if uid is not None:
-        for d, _, fs in os.walk(ws):
-            os.chown(d, uid, uid)
-            for f in fs:
-                os.chown(os.path.join(d, f), uid, uid)
     per, warm = [], []
     try:
         for _ in range(reps):

@@ -26,7 +26,9 @@ import shutil
 import tempfile
 from pathlib import Path
 
+from options import choice_list, seed_list
 from provenance import earlier, provenance, stamp  # bench/provenance.py: the record every bench writes
+from training_run import seeded_run, train_or_raise, validated_steps
 
 S = "+longcat.settings.scheduler.longcat_data"
 #: strategy -> settings overrides on the longcat_data trainer
@@ -45,37 +47,23 @@ STRATEGIES: dict[str, list[str]] = {
 
 def run(strategy: str, seed: int, steps: int, tasks: int, assets, work: Path) -> dict:
     from longcat_plugins.learning.demos import prepare_demo
-    from longcat_plugins.runtime.launch import resolve_config, run_training, val_accuracy
+    from longcat_plugins.runtime.launch import resolve_config
 
     demo = prepare_demo("arithmetic", assets, steps, init="warm")
-    ray_tmp = Path(tempfile.mkdtemp(prefix="lcd", dir="/tmp"))
-    try:
-        result = run_training(
-            resolve_config(demo.config),
-            [
-                *demo.overrides,
-                "trainer.total_epochs=100",
-                f"trainer.test_freq={steps}",
-                "trainer.save_freq=-1",
-                f"data.train_max_samples={tasks}",
-                f"data.seed={seed}",
-                f"actor_rollout_ref.actor.data_loader_seed={seed}",
-                f"actor_rollout_ref.rollout.seed={seed}",
-                "trainer.v1.trainer_mode=longcat_data",
-                f"+ray_kwargs.ray_init._temp_dir={ray_tmp}",
-                *STRATEGIES[strategy],
-            ],
-            work / f"{strategy}-seed{seed}",
-        )
-    finally:
-        shutil.rmtree(ray_tmp, ignore_errors=True)
-    if result.returncode != 0:
-        raise RuntimeError(f"{strategy}/seed {seed} failed; see {result.log}")
-    records = sorted(result.steps, key=lambda s: s["step"])
-    accs = [a for a in (val_accuracy(r) for r in records) if a is not None]
-    trained = [r for r in records if "longcat/data/trained_groups" in r]
-    if len(accs) < 2 or len(trained) != steps:
-        raise RuntimeError(f"{strategy}/seed {seed}: missing validations or data metrics in {result.metrics}")
+    result = train_or_raise(
+        resolve_config(demo.config),
+        [
+            *demo.overrides,
+            *seeded_run(seed, steps),
+            "trainer.save_freq=-1",
+            f"data.train_max_samples={tasks}",
+            "trainer.v1.trainer_mode=longcat_data",
+            *STRATEGIES[strategy],
+        ],
+        work / f"{strategy}-seed{seed}",
+        f"{strategy}/seed {seed}",
+    )
+    accs, trained = validated_steps(result, steps, f"{strategy}/seed {seed}", "longcat/data/trained_groups")
     groups = sum(r["longcat/data/trained_groups"] for r in trained)
     zero = sum(r["longcat/data/zero_variance_group_frac"] * r["longcat/data/trained_groups"] for r in trained)
     tokens = int(sum(r["longcat/data/rollout_tokens"] for r in trained))
@@ -134,19 +122,15 @@ def plot(runs: list[dict], path: Path) -> None:
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--strategies", default=",".join(STRATEGIES))
-    parser.add_argument("--seeds", default="0,1,2")
+    parser.add_argument("--strategies", type=choice_list(STRATEGIES), default=",".join(STRATEGIES))
+    parser.add_argument("--seeds", type=seed_list, default="0,1,2")
     parser.add_argument("--steps", type=int, default=12)
     parser.add_argument("--tasks", type=int, default=64, help="training questions drawn from (data.train_max_samples)")
     parser.add_argument("--size", default="tiny")
     parser.add_argument("--out", default="bench/results/data.json")
     parser.add_argument("--append", action="store_true", help="add to the runs already in --out")
     args = parser.parse_args()
-    strategies = [s for s in args.strategies.split(",") if s]
-    unknown = sorted(set(strategies) - set(STRATEGIES))
-    if unknown:
-        parser.error(f"--strategies: unknown {', '.join(unknown)}; choices: {', '.join(STRATEGIES)}")
-    seeds = [int(s) for s in args.seeds.split(",") if s]
+    strategies, seeds = args.strategies, args.seeds
 
     from longcat_plugins.learning.arithmetic_warmstart import ensure_warm_start
 

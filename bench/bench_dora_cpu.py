@@ -60,6 +60,7 @@ from longcat_plugins.schedulers.workload import AGENT_NAME, ENV_TRACE, write_ske
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from provenance import earlier, provenance, stamp  # noqa: E402
+from training_run import seed_overrides  # noqa: E402
 
 SAMPLES_PER_STEP = 16  # data.train_batch_size 4 x rollout.n 4 in grpo_arithmetic
 
@@ -131,15 +132,6 @@ def startup_phases(timed: list[tuple[float, str]], steps: list[dict[str, Any]]) 
 
 
 STEP1 = re.compile(r"\bstep:1 - ")
-
-
-def seeded(seed: int) -> list[str]:
-    """The run seed: data order, data loader and rollout sampling (as bench_learning.py)."""
-    return [
-        f"data.seed={seed}",
-        f"actor_rollout_ref.actor.data_loader_seed={seed}",
-        f"actor_rollout_ref.rollout.seed={seed}",
-    ]
 
 
 def read_jsonl(path: Path) -> list[dict[str, Any]]:
@@ -353,7 +345,7 @@ def main() -> None:
                     f"+ray_kwargs.ray_init._temp_dir={ray_tmp}",
                     f"trainer.total_training_steps={args.steps}",
                     f"trainer.device={args.device}",
-                    *seeded(seed),
+                    *seed_overrides(seed),
                     *extra,
                     *args.set,
                 ],

@@ -37,11 +37,11 @@ import argparse
 import json
 import re
 import shutil
-import tempfile
 from pathlib import Path
 
-from bench_learning import SCHEDULE, final_checkpoint, seeded_run
+from bench_learning import SCHEDULE, final_checkpoint
 from provenance import earlier, provenance, stamp  # bench/provenance.py: the record every bench writes
+from training_run import seeded_run, train_or_raise
 
 from longcat_plugins.runtime.launch import FP32_TRAINING
 
@@ -88,33 +88,27 @@ def train(recipe: str, steps: int, seed: int, work: Path) -> dict:
     """One run from the warm start; its row, with the HF export's path."""
     from longcat_plugins.learning.arithmetic_warmstart import ensure_warm_start
     from longcat_plugins.learning.demos import prepare_demo
-    from longcat_plugins.runtime.launch import resolve_config, run_training, val_accuracy
+    from longcat_plugins.runtime.launch import resolve_config, val_accuracy
 
     assets = ensure_warm_start()
     demo = prepare_demo("arithmetic", assets, steps, init="warm")
     config, extra = RECIPES[recipe]
     run_dir = work / f"{recipe}-seed{seed}-s{steps}"
     shutil.rmtree(run_dir, ignore_errors=True)  # the bench's own folder: no stale checkpoint survives
-    ray_tmp = Path(tempfile.mkdtemp(prefix="lco", dir="/tmp"))
-    try:
-        result = run_training(
-            resolve_config(config),
-            [
-                *demo.overrides,
-                *seeded_run(seed, steps),
-                "actor_rollout_ref.actor.checkpoint.save_contents=[hf_model]",
-                f"+ray_kwargs.ray_init._temp_dir={ray_tmp}",
-                *SCHEDULE,
-                *FP32_TRAINING,
-                *extra,
-                *([f"trainer.rollout_data_dir={run_dir / 'rollouts'}"] if recipe == "heavy_rl" else []),
-            ],
-            run_dir,
-        )
-    finally:
-        shutil.rmtree(ray_tmp, ignore_errors=True)
-    if result.returncode != 0:
-        raise RuntimeError(f"{recipe}/seed {seed} failed; see {result.log}")
+    result = train_or_raise(
+        resolve_config(config),
+        [
+            *demo.overrides,
+            *seeded_run(seed, steps),
+            "actor_rollout_ref.actor.checkpoint.save_contents=[hf_model]",
+            *SCHEDULE,
+            *FP32_TRAINING,
+            *extra,
+            *([f"trainer.rollout_data_dir={run_dir / 'rollouts'}"] if recipe == "heavy_rl" else []),
+        ],
+        run_dir,
+        f"{recipe}/seed {seed}",
+    )
     records = sorted(result.steps, key=lambda s: s["step"])
     vals = [a for a in (val_accuracy(r) for r in records) if a is not None]
     checkpoint = final_checkpoint(result.checkpoints)

@@ -30,14 +30,15 @@ from __future__ import annotations
 
 import argparse
 import json
-import shutil
 import tempfile
 from math import comb
 from pathlib import Path
 
 from heldout_curve import time_to_target, validation_curve  # one definition for every learning bench
 from learning_diagnostics import train_diagnostics
+from options import choice_list, seed_list
 from provenance import earlier, provenance, stamp, write_sidecar  # bench/provenance.py: the record every bench writes
+from training_run import seeded_run, train_or_raise
 
 #: objective -> overrides on the demo recipe
 OBJECTIVES: dict[str, list[str]] = {
@@ -80,18 +81,6 @@ def sampled_pass_at_k(model: Path, val: Path, n: int = 8, seed: int = 0) -> dict
     samples, answers = sample_answers(model, val, n=n, do_sample=True, seed=seed)
     counts = [sum(exact_answer(s) == a for s in group) for group, a in zip(samples, answers, strict=True)]
     return {str(k): sum(pass_at_k(n, c, k) for c in counts) / len(counts) for k in KS if k <= n}
-
-
-def seeded_run(seed: int, test_freq: int) -> list[str]:
-    """The run seed (data order, data loader, sampling), validation every ``test_freq`` steps, and
-    epochs enough that ``trainer.total_training_steps`` is what stops the run."""
-    return [
-        "trainer.total_epochs=100",
-        f"trainer.test_freq={test_freq}",
-        f"data.seed={seed}",
-        f"actor_rollout_ref.actor.data_loader_seed={seed}",
-        f"actor_rollout_ref.rollout.seed={seed}",
-    ]
 
 
 def final_checkpoint(checkpoints: Path) -> Path | None:
@@ -138,32 +127,26 @@ def run(
     schedule: str = "cosine",
 ) -> dict:
     from longcat_plugins.learning.demos import prepare_demo
-    from longcat_plugins.runtime.launch import resolve_config, run_training
+    from longcat_plugins.runtime.launch import resolve_config
 
     if trainer not in TRAINERS:
         raise ValueError(f"--trainers: unknown {trainer!r}; choices: {', '.join(TRAINERS)}")
     demo = prepare_demo("arithmetic", assets, steps, init="warm")
-    ray_tmp = Path(tempfile.mkdtemp(prefix="lco", dir="/tmp"))
     run_dir = work / f"{objective}-{trainer}-seed{seed}"
-    try:
-        result = run_training(
-            resolve_config(TRAINERS[trainer][0]),
-            [
-                *demo.overrides,
-                *seeded_run(seed, test_freq),
-                "actor_rollout_ref.actor.checkpoint.save_contents=[model,hf_model]",
-                f"+ray_kwargs.ray_init._temp_dir={ray_tmp}",
-                *SCHEDULES[schedule],
-                *TRAINERS[trainer][1],
-                *OBJECTIVES[objective],
-                *extra,
-            ],
-            run_dir,
-        )
-    finally:
-        shutil.rmtree(ray_tmp, ignore_errors=True)
-    if result.returncode != 0:
-        raise RuntimeError(f"{objective}/{trainer}/seed {seed} failed; see {result.log}")
+    result = train_or_raise(
+        resolve_config(TRAINERS[trainer][0]),
+        [
+            *demo.overrides,
+            *seeded_run(seed, test_freq),
+            "actor_rollout_ref.actor.checkpoint.save_contents=[model,hf_model]",
+            *SCHEDULES[schedule],
+            *TRAINERS[trainer][1],
+            *OBJECTIVES[objective],
+            *extra,
+        ],
+        run_dir,
+        f"{objective}/{trainer}/seed {seed}",
+    )
     curve = validation_curve(result.steps)
     wall = sum(float(record.get("timing_s/step", 0.0)) for record in result.steps)
     if len(curve) < 2:
@@ -230,11 +213,18 @@ def plot(curves: list[dict], path: Path) -> None:
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--seeds", default="0,1,2", help="comma-separated run seeds")
+    parser.add_argument("--seeds", type=seed_list, default="0,1,2", help="comma-separated run seeds")
     parser.add_argument("--steps", type=int, default=30)
     parser.add_argument("--test-freq", type=int, default=5)
-    parser.add_argument("--objectives", default=",".join(OBJECTIVES), help=f"subset of {','.join(OBJECTIVES)}")
-    parser.add_argument("--trainers", default="sync", help=f"subset of {','.join(TRAINERS)}")
+    parser.add_argument(
+        "--objectives",
+        type=choice_list(OBJECTIVES),
+        default=",".join(OBJECTIVES),
+        help=f"subset of {','.join(OBJECTIVES)}",
+    )
+    parser.add_argument(
+        "--trainers", type=choice_list(TRAINERS), default="sync", help=f"subset of {','.join(TRAINERS)}"
+    )
     parser.add_argument("--target", type=float, default=0.6, help="held-out accuracy for time_to_target_s")
     parser.add_argument(
         "--schedule", choices=sorted(SCHEDULES), default="cosine", help="learning rate over the run (default: cosine)"
@@ -244,15 +234,7 @@ def main() -> None:
     parser.add_argument("--out", default="bench/results/learning.json")
     parser.add_argument("--append", action="store_true", help="add to the runs already in --out")
     args = parser.parse_args()
-    objectives = [o for o in args.objectives.split(",") if o]
-    unknown = sorted(set(objectives) - set(OBJECTIVES))
-    if unknown:
-        parser.error(f"--objectives: unknown {', '.join(unknown)}; choices: {', '.join(OBJECTIVES)}")
-    trainers = [t for t in args.trainers.split(",") if t]
-    unknown = sorted(set(trainers) - set(TRAINERS))
-    if unknown:
-        parser.error(f"--trainers: unknown {', '.join(unknown)}; choices: {', '.join(TRAINERS)}")
-    seeds = [int(s) for s in args.seeds.split(",") if s]
+    objectives, trainers, seeds = args.objectives, args.trainers, args.seeds
 
     out = Path(args.out)
     origin, kept = provenance(seeds=seeds), earlier(out, args.append)

@@ -11,12 +11,12 @@ from __future__ import annotations
 
 import argparse
 import json
-import shutil
 import statistics
 import tempfile
 from pathlib import Path
 
 from provenance import provenance  # bench/provenance.py: the record every bench writes
+from training_run import demo_data, train_or_raise
 
 #: objective -> overrides on the cpu_demo recipe
 OBJECTIVES: dict[str, list[str]] = {
@@ -32,29 +32,20 @@ OBJECTIVES: dict[str, list[str]] = {
 
 
 def run(name: str, overrides: list[str], steps: int, assets, work: Path) -> dict:
-    from longcat_plugins.runtime.launch import resolve_config, run_training
+    from longcat_plugins.runtime.launch import resolve_config
 
-    ray_tmp = Path(tempfile.mkdtemp(prefix="lco", dir="/tmp"))
-    try:
-        result = run_training(
-            resolve_config("cpu_demo"),
-            [
-                f"data.train_files={assets.train}",
-                f"data.val_files={assets.val}",
-                f"actor_rollout_ref.model.path={assets.model}",
-                f"trainer.total_training_steps={steps}",
-                "trainer.total_epochs=100",
-                "actor_rollout_ref.actor.ppo_mini_batch_size=2",
-                "actor_rollout_ref.actor.ppo_micro_batch_size_per_gpu=2",
-                f"+ray_kwargs.ray_init._temp_dir={ray_tmp}",
-                *overrides,
-            ],
-            work / name,
-        )
-    finally:
-        shutil.rmtree(ray_tmp, ignore_errors=True)
-    if result.returncode != 0:
-        raise RuntimeError(f"{name} failed; see {result.log}")
+    result = train_or_raise(
+        resolve_config("cpu_demo"),
+        [
+            *demo_data(assets, steps),
+            "trainer.total_epochs=100",
+            "actor_rollout_ref.actor.ppo_mini_batch_size=2",
+            "actor_rollout_ref.actor.ppo_micro_batch_size_per_gpu=2",
+            *overrides,
+        ],
+        work / name,
+        name,
+    )
     rewards = [s["critic/score/mean"] for s in result.steps]
     step_s = [s["timing_s/step"] for s in result.steps][1:]
     return {

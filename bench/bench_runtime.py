@@ -21,6 +21,7 @@ from pathlib import Path
 
 import psutil
 from provenance import provenance  # bench/provenance.py: the record every bench writes
+from training_run import demo_data, train_or_raise
 
 
 def tree_rss(root: psutil.Process) -> int:
@@ -35,7 +36,7 @@ def tree_rss(root: psutil.Process) -> int:
 
 
 def bench_trainer(use_v1: bool, steps: int, assets, work: Path) -> dict:
-    from longcat_plugins.runtime.launch import resolve_config, run_training
+    from longcat_plugins.runtime.launch import resolve_config
 
     peak = {"rss": 0}
     stop = threading.Event()
@@ -47,27 +48,20 @@ def bench_trainer(use_v1: bool, steps: int, assets, work: Path) -> dict:
                 peak["rss"] = max(peak["rss"], tree_rss(child))
             time.sleep(0.25)
 
-    ray_tmp = Path(tempfile.mkdtemp(prefix="lcb", dir="/tmp"))
     watcher = threading.Thread(target=sample, daemon=True)
     watcher.start()
     start = time.time()
-    result = run_training(
-        resolve_config("cpu_demo"),
-        [
-            f"data.train_files={assets.train}",
-            f"data.val_files={assets.val}",
-            f"actor_rollout_ref.model.path={assets.model}",
-            f"trainer.total_training_steps={steps}",
-            f"trainer.use_v1={str(use_v1).lower()}",
-            f"+ray_kwargs.ray_init._temp_dir={ray_tmp}",
-        ],
-        work / ("v1" if use_v1 else "legacy"),
-    )
-    wall = time.time() - start
-    stop.set()
-    watcher.join()
-    if result.returncode != 0:
-        raise RuntimeError(f"training failed; see {result.log}")
+    try:
+        result = train_or_raise(
+            resolve_config("cpu_demo"),
+            [*demo_data(assets, steps), f"trainer.use_v1={str(use_v1).lower()}"],
+            work / ("v1" if use_v1 else "legacy"),
+            "training",
+        )
+    finally:
+        wall = time.time() - start
+        stop.set()
+        watcher.join()
     step_times = [s["timing_s/step"] for s in result.steps]
     warm = step_times[1:]  # the first step pays for lazy initialisation
     return {

@@ -35,7 +35,9 @@ import shutil
 import tempfile
 from pathlib import Path
 
+from options import choice_list, seed_list
 from provenance import earlier, provenance, stamp  # bench/provenance.py: the record every bench writes
+from training_run import seeded_run, train_or_raise, validated_steps
 
 S = "+longcat.settings.scheduler.longcat_data"
 MODES = ("baseline", "selfverify")
@@ -46,7 +48,7 @@ PROMPT_TOKENS = 40
 def run(mode: str, seed: int, args: argparse.Namespace, assets, work: Path) -> dict:
     from longcat_plugins.learning.arithmetic_warmstart import VERDICT_CORRECT, VERDICT_INCORRECT, VERIFY_PROMPT
     from longcat_plugins.learning.demos import prepare_demo
-    from longcat_plugins.runtime.launch import resolve_config, run_training, val_accuracy
+    from longcat_plugins.runtime.launch import resolve_config, val_accuracy
 
     steps, window, min_delta = args.steps, args.window, args.min_delta
     demo = prepare_demo("arithmetic", assets, steps, init="warm")
@@ -65,36 +67,22 @@ def run(mode: str, seed: int, args: argparse.Namespace, assets, work: Path) -> d
         f"{S}.selfverify.correct='{VERDICT_CORRECT}'",
         f"{S}.selfverify.incorrect='{VERDICT_INCORRECT}'",
     ]
-    ray_tmp = Path(tempfile.mkdtemp(prefix="lcsv", dir="/tmp"))
-    try:
-        result = run_training(
-            resolve_config(demo.config),
-            [
-                *overrides,
-                "reward.custom_reward_function.name=selfverify",
-                "+longcat.settings.reward.selfverify.main=arithmetic_exact",
-                "trainer.total_epochs=100",
-                f"data.max_prompt_length={PROMPT_TOKENS}",
-                f"trainer.test_freq={args.test_freq or steps}",
-                "trainer.save_freq=-1",
-                f"data.seed={seed}",
-                f"actor_rollout_ref.actor.data_loader_seed={seed}",
-                f"actor_rollout_ref.rollout.seed={seed}",
-                "trainer.v1.trainer_mode=longcat_data",
-                f"+ray_kwargs.ray_init._temp_dir={ray_tmp}",
-                *(verify if mode == "selfverify" else [f"{S}.selfverify.enable=false"]),
-            ],
-            work / f"{mode}-seed{seed}",
-        )
-    finally:
-        shutil.rmtree(ray_tmp, ignore_errors=True)
-    if result.returncode != 0:
-        raise RuntimeError(f"{mode}/seed {seed} failed; see {result.log}")
-    records = sorted(result.steps, key=lambda s: s["step"])
-    accs = [a for a in (val_accuracy(r) for r in records) if a is not None]
-    trained = [r for r in records if "longcat/data/trained_groups" in r]
-    if len(accs) < 2 or len(trained) != steps:
-        raise RuntimeError(f"{mode}/seed {seed}: missing validations or data metrics in {result.metrics}")
+    result = train_or_raise(
+        resolve_config(demo.config),
+        [
+            *overrides,
+            "reward.custom_reward_function.name=selfverify",
+            "+longcat.settings.reward.selfverify.main=arithmetic_exact",
+            *seeded_run(seed, args.test_freq or steps),
+            f"data.max_prompt_length={PROMPT_TOKENS}",
+            "trainer.save_freq=-1",
+            "trainer.v1.trainer_mode=longcat_data",
+            *(verify if mode == "selfverify" else [f"{S}.selfverify.enable=false"]),
+        ],
+        work / f"{mode}-seed{seed}",
+        f"{mode}/seed {seed}",
+    )
+    accs, trained = validated_steps(result, steps, f"{mode}/seed {seed}", "longcat/data/trained_groups")
     phase = [r for r in trained if r.get("longcat/selfverify/phase") == 1.0]
     samples = sum(r.get("longcat/selfverify/verify_samples", 0.0) for r in phase)
     right = sum(
@@ -145,8 +133,8 @@ def run(mode: str, seed: int, args: argparse.Namespace, assets, work: Path) -> d
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--modes", default=",".join(MODES))
-    parser.add_argument("--seeds", default="0")
+    parser.add_argument("--modes", type=choice_list(MODES), default=",".join(MODES))
+    parser.add_argument("--seeds", type=seed_list, default="0")
     parser.add_argument("--steps", type=int, default=30)
     parser.add_argument("--window", type=int, default=3)
     parser.add_argument("--min-delta", type=float, default=0.02)
@@ -158,19 +146,17 @@ def main() -> None:
     parser.add_argument("--out", default="bench/results/self_verification.json")
     parser.add_argument("--append", action="store_true", help="add to the runs already in --out")
     args = parser.parse_args()
-    modes = [m for m in args.modes.split(",") if m]
-    if set(modes) - set(MODES):
-        parser.error(f"--modes: choices are {', '.join(MODES)}")
+    modes = args.modes
     from longcat_plugins.learning.arithmetic_warmstart import ensure_warm_start
 
     assets = ensure_warm_start(size=args.size, verdicts=args.verdicts)
     out = Path(args.out)
-    origin = provenance(seeds=[int(s) for s in args.seeds.split(",") if s])
+    origin = provenance(seeds=args.seeds)
     kept = earlier(out, args.append)
     runs = json.loads(out.read_text())["runs"] if args.append and out.exists() else []
     work = Path(tempfile.mkdtemp(prefix="longcat-selfverify-"))
     for mode in modes:
-        for seed in [int(s) for s in args.seeds.split(",") if s]:
+        for seed in args.seeds:
             r = run(mode, seed, args, assets, work)
             same = ("mode", "seed", "window", "min_delta", "steps", "verdicts", "max_steps")
             runs = [x for x in runs if any(x.get(k) != r[k] for k in same)] + [r]

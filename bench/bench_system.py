@@ -28,14 +28,15 @@ from __future__ import annotations
 
 import argparse
 import json
-import shutil
 import sys
 import tempfile
 import time
 from pathlib import Path
 
 from heldout_curve import time_to_target, validation_curve  # one definition for every learning bench
+from options import choice_list, seed_list
 from provenance import REPO, provenance
+from training_run import seed_overrides, train_or_raise
 
 #: recipe -> the trainer it runs
 TRAINERS = {"longcat": "dora", "arithmetic": "sync"}
@@ -47,7 +48,7 @@ def run(recipe: str, seed: int, steps: int, work: Path, test_freq: int | None, t
     from longcat_plugins.evaluation.system import components_active
     from longcat_plugins.learning.arithmetic_warmstart import ensure_warm_start
     from longcat_plugins.learning.demos import SYSTEM_VERDICTS, prepare_demo
-    from longcat_plugins.runtime.launch import resolve_config, run_training
+    from longcat_plugins.runtime.launch import resolve_config
 
     warm = ensure_warm_start(None, size="tiny", verdicts=SYSTEM_VERDICTS if recipe == "longcat" else 0.0)
     demo = prepare_demo(recipe, warm, steps, init="warm")
@@ -57,26 +58,18 @@ def run(recipe: str, seed: int, steps: int, work: Path, test_freq: int | None, t
     if test_freq is None and len(demo_freq) != 1:
         raise RuntimeError(f"demo {recipe!r} sets no single trainer.test_freq: {demo.overrides}")
     freq = test_freq if test_freq is not None else demo_freq[0]
-    ray_tmp = Path(tempfile.mkdtemp(prefix="lcsys", dir="/tmp"))
-    try:
-        result = run_training(
-            resolve_config(demo.config),
-            [
-                *(o for o in demo.overrides if not o.startswith(replaced)),
-                f"trainer.test_freq={freq}",
-                f"data.seed={seed}",
-                f"actor_rollout_ref.actor.data_loader_seed={seed}",
-                f"actor_rollout_ref.rollout.seed={seed}",
-                "trainer.save_freq=-1",
-                "trainer.use_v1=true",
-                f"+ray_kwargs.ray_init._temp_dir={ray_tmp}",
-            ],
-            work / f"{recipe}-seed{seed}",
-        )
-    finally:
-        shutil.rmtree(ray_tmp, ignore_errors=True)
-    if result.returncode != 0:
-        raise RuntimeError(f"{recipe}/seed {seed} failed; see {result.log}")
+    result = train_or_raise(
+        resolve_config(demo.config),
+        [
+            *(o for o in demo.overrides if not o.startswith(replaced)),
+            f"trainer.test_freq={freq}",
+            *seed_overrides(seed),
+            "trainer.save_freq=-1",
+            "trainer.use_v1=true",
+        ],
+        work / f"{recipe}-seed{seed}",
+        f"{recipe}/seed {seed}",
+    )
     curve = validation_curve(result.steps)
     trained = [s for s in result.steps if "timing_s/step" in s]
     if len(curve) < 2 or curve[0]["step"] != 0 or curve[-1]["step"] != steps or len(trained) != steps:
@@ -99,8 +92,10 @@ def run(recipe: str, seed: int, steps: int, work: Path, test_freq: int | None, t
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--recipes", default="longcat", help=f"subset of {','.join(TRAINERS)}")
-    parser.add_argument("--seeds", default="0,1,2")
+    parser.add_argument(
+        "--recipes", type=choice_list(TRAINERS), default="longcat", help=f"subset of {','.join(TRAINERS)}"
+    )
+    parser.add_argument("--seeds", type=seed_list, default="0,1,2")
     parser.add_argument("--steps", type=int, default=12)
     parser.add_argument(
         "--test-freq", type=int, default=None, help="validate every N steps (default: the demo's own interval)"
@@ -108,11 +103,7 @@ def main() -> None:
     parser.add_argument("--target", type=float, default=0.6, help="held-out accuracy for time_to_target_s")
     parser.add_argument("--out", type=Path, default=REPO / "bench" / "results" / "system.json")
     args = parser.parse_args()
-    recipes = [r for r in args.recipes.split(",") if r]
-    unknown = sorted(set(recipes) - set(TRAINERS))
-    if unknown:
-        parser.error(f"--recipes: unknown {', '.join(unknown)}; choices: {', '.join(TRAINERS)}")
-    seeds = [int(s) for s in args.seeds.split(",") if s]
+    recipes, seeds = args.recipes, args.seeds
     if args.test_freq is not None and not 1 <= args.test_freq <= args.steps:
         parser.error(f"--test-freq: {args.test_freq} must lie in 1..--steps ({args.steps})")
     origin = provenance(seeds=seeds)  # before the runs: the code they imported, not the tree later

@@ -23,6 +23,7 @@ import tempfile
 import time
 from pathlib import Path
 
+from options import seed_list
 from provenance import earlier, provenance, stamp  # bench/provenance.py: the record every bench writes
 
 LOOP = "++longcat.settings.environment.longcat_tool_agent"
@@ -85,15 +86,15 @@ def main() -> None:
     parser.add_argument("--warm", required=True, type=Path, help="a tool-use warm start directory")
     parser.add_argument("--tasks", type=int, default=8)
     parser.add_argument("--n", type=int, default=4)
-    parser.add_argument("--seeds", default="0")
+    parser.add_argument("--seeds", type=seed_list, default="0")
     parser.add_argument("--out", default="bench/results/tool_selection.json")
     parser.add_argument("--append", action="store_true")
     args = parser.parse_args()
     out = Path(args.out)
-    origin = provenance(seeds=[int(s) for s in args.seeds.split(",") if s])
+    origin = provenance(seeds=args.seeds)
     kept = earlier(out, args.append)
     runs = json.loads(out.read_text())["runs"] if args.append and out.exists() else []
-    for seed in [int(s) for s in args.seeds.split(",") if s]:
+    for seed in args.seeds:
         work = Path(tempfile.mkdtemp(prefix="longcat-toolsel-"))
         r = run(args.warm, args.tasks, args.n, seed, work)
         shutil.rmtree(work, ignore_errors=True)

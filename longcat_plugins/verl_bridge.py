@@ -21,11 +21,9 @@ from longcat_plugins import host as host_mod
 from longcat_plugins import import_hooks
 from longcat_plugins.components import Component
 from longcat_plugins.import_hooks import when_imported
+from longcat_plugins.verl_version import TESTED_VERL, installed_verl, verl_is_tested
 
 logger = logging.getLogger("longcat_plugins.verl_bridge")
-
-#: the verl release range this bridge was tested against
-TESTED_VERL = ">=0.9.1,<0.10"
 
 
 @dataclass(frozen=True)
@@ -431,15 +429,8 @@ def _install() -> None:
 
 
 def _check_verl_version() -> None:
-    import importlib.metadata
-
-    from packaging.specifiers import SpecifierSet
-
-    try:
-        version = importlib.metadata.version("verl")
-    except importlib.metadata.PackageNotFoundError:
-        return
-    if version not in SpecifierSet(TESTED_VERL):
+    version = installed_verl()
+    if version is not None and not verl_is_tested():
         _warn_once(f"verl {version} is outside the range this release was tested with ({TESTED_VERL})")
 
 

@@ -595,6 +595,246 @@ def code_env_episodes(d: dict[str, Any]) -> list[str]:
     return out
 
 
+# --- archive/dora_sim.json, dora_sim_admission.json, dora_cpu.json (docs/schedulers.md) -----------
+
+
+def dora_sim(d: dict[str, Any]) -> list[str]:
+    out = header(
+        "mode",
+        "samples/s",
+        "× sync",
+        "tokens/s",
+        "× sync",
+        "request load ratio",
+        "device util.",
+        "mean staleness",
+        "recomputed tokens",
+        "wasted tokens",
+        "preemptions / sample",
+        "versions held",
+        "trained tokens mean / p99",
+    )
+    sync = d["modes"]["sync"]
+    for mode, m in d["modes"].items():
+        out.append(
+            row(
+                mode,
+                f"{m['samples_per_s']:.3f}",
+                f"{m['samples_per_s'] / sync['samples_per_s']:.2f}×",
+                round(m["tokens_per_s"]),
+                f"{m['tokens_per_s'] / sync['tokens_per_s']:.2f}×",
+                f"{m['request_load_ratio']:.2f}",
+                f"{m['device_util']:.2f}",
+                f"{m['staleness_mean']:.2f}",
+                f"{m['recomputed_token_fraction']:.3f}",
+                f"{m['wasted_token_fraction']:.2f}",
+                f"{m['preemptions_per_sample']:.3f}",
+                f"{m['versions_held_mean']:.2f}",
+                f"{round(m['trained_tokens_mean'])} / {round(m['trained_tokens_p99'])}",
+            )
+        )
+    return out
+
+
+def dora_sim_admission(d: dict[str, Any]) -> list[str]:
+    out = header(
+        "run",
+        "trained tokens/s vs sync",
+        "trained samples/s vs sync",
+        "mean trained response length vs sync",
+        "trained response p90 (tokens)",
+        "requests aborted",
+    )
+    for name, r in d["admission"]["summary_vs_sync"].items():
+        out.append(
+            row(
+                f"`{name}`",
+                f"{r['token_speedup_vs_sync']:.2f}x",
+                f"{r['sample_speedup_vs_sync']:.2f}x",
+                f"{r['trained_len_vs_sync']:.3f}",
+                round(r["trained_response_tokens_p90"]),
+                f"{r['aborted_request_share']:.3f}",
+            )
+        )
+    return out
+
+
+def _spread(values: list[float]) -> str:
+    """``mean x (min-max)`` of per-seed ratios."""
+    return f"{statistics.fmean(values):.2f}x ({min(values):.2f}-{max(values):.2f})"
+
+
+def dora_cpu(d: dict[str, Any]) -> list[str]:
+    out = header(
+        "run",
+        "seeds",
+        "tokens/s vs sync (mean, min-max)",
+        "samples/s vs sync",
+        "mean trained length (vs sync)",
+        "p90",
+        "censored share (in-flight stops)",
+        "finished groups evicted as stale",
+        "requests held back",
+    )
+    results = d["results"]
+    sync = {(r["device"], r["seed"]): r for r in results if r["run"] == "sync"}
+    for key, s in d["summary_vs_sync"].items():
+        run, device = key.removesuffix(")").split(" (")
+        if device != "cpu":  # the GPU runs have their own table (dora_cuda)
+            continue
+        rs = sorted((r for r in results if r["run"] == run and r["device"] == device), key=lambda r: r["seed"])
+        samples = [r["samples_per_s"] / sync[(device, r["seed"])]["samples_per_s"] for r in rs]
+
+        def per_seed(field: str, fmt: str, rs: list[dict[str, Any]] = rs) -> str:
+            return "/".join(format(r.get(field, 0), fmt) for r in rs)
+
+        out.append(
+            row(
+                f"`{run}`",
+                ",".join(str(x) for x in s["seeds"]),
+                _spread(s["token_speedup"]["per_seed"]),
+                _spread(samples),
+                f"{per_seed('trained_len_mean', '.1f')} ({_spread(s['len_ratio']['per_seed'])})",
+                per_seed("trained_len_p90", ".0f"),
+                per_seed("censored_share", ".3f"),
+                per_seed("evicted_stale_groups", ".0f"),
+                per_seed("held_requests", ".0f"),
+            )
+        )
+    return out
+
+
+# --- archive/tool_warm_starts.json, archive/learning_tool_agent.json (docs/learning.md) ----------
+
+
+def _tool_plan(plan: dict[str, Any]) -> str:
+    """A warm start's plan as its ``--candidates`` spec (``size:sft_steps:train_envs[:flags]``)."""
+    flags = [
+        "te" if plan.get("tie_embeddings") else "",
+        "sp" if plan.get("space_tokens") else "",
+        f"rv{plan['revalued']}" if plan.get("revalued") else "",
+        f"vp{plan['value_pool']}" if plan.get("value_pool") else "",
+        f"hd{plan['hidden_size']}" if plan.get("hidden_size") else "",
+        f"sc{plan['shortcuts']:g}" if plan.get("shortcuts") else "",
+    ]
+    return ":".join([plan["size"], str(plan["sft_steps"]), str(plan["train_envs"]), *filter(None, flags)])
+
+
+def tool_warm_starts(d: dict[str, Any]) -> list[str]:
+    out = header(
+        "plan",
+        "build",
+        "well-formed",
+        "right tool",
+        "right args",
+        "golden calls",
+        "success (greedy)",
+        "success (sampled)",
+        "mixed groups",
+    )
+    for c in d["candidates"]:
+        g, s = c["greedy"], c["sampled"]
+        out.append(
+            row(
+                f"`{_tool_plan(c['plan'])}`",
+                f"{c['build_s']:,.0f} s" if c["build_s"] else "(cached, not timed)",
+                pct(g["well_formed"]),
+                pct(g["right_tool"]),
+                pct(g["right_args"]),
+                pct(g["golden_calls"]),
+                pct(g["success"]),
+                pct(s["success"]),
+                f"{s['mixed_groups']} of {len(s['successes_per_task'])}",
+            )
+        )
+    return out
+
+
+def _setting(run: dict[str, Any], key: str, default: str) -> str:
+    """The last override of ``key`` a run was given (later overrides win, as in Hydra)."""
+    values = [s.split("=", 1)[1] for s in run["settings"] if s.split("=", 1)[0] == key]
+    return values[-1] if values else default
+
+
+def _held_out(run: dict[str, Any]) -> str:
+    return ", ".join(f"{100 * h['success']:.1f}" for h in run["held_out"]) + "%"
+
+
+#: the runs of the golden-only ``tiny:2400`` warm start, by their letter in docs/learning.md
+TOOL_AGENT_LETTERED = dict(zip("ABCDEFG", range(2, 9), strict=True))
+
+
+def tool_agent_runs(d: dict[str, Any]) -> list[str]:
+    out = header(
+        "run",
+        "precision",
+        "format weight",
+        "loss aggregation",
+        "prompts x samples",
+        "lr",
+        "steps",
+        "wall s",
+        "held-out success at every 10 steps",
+        "right args after",
+    )
+    agent = "longcat.settings.environment.longcat_tool_agent."
+    for letter, index in TOOL_AGENT_LETTERED.items():
+        r = d["runs"][index]
+        fp32 = any("mixed_precision={param_dtype:fp32" in s for s in r["settings"])
+        precision = ("fp32" if fp32 else "bf16") + (
+            ", output layer untied (`--untie`)" if "untied_copy" in r["settings"] else ""
+        )
+        out.append(
+            row(
+                letter,
+                precision,
+                _setting(r, agent + "format_weight", "0.1"),
+                _setting(r, "actor_rollout_ref.actor.loss_agg_mode", "token-mean"),
+                f"{_setting(r, 'data.train_batch_size', '?')} x {_setting(r, 'actor_rollout_ref.rollout.n', '?')}",
+                f"{r['lr']:.0e}".replace("e-0", "e-"),
+                r["steps"],
+                f"{r['wall_s']:.1f}",
+                _held_out(r),
+                pct(r["probe_after"]["right_args"]),
+            )
+        )
+    return out
+
+
+def _tool_agent_by_warm_start(d: dict[str, Any], shortcuts: tuple[float, ...]) -> list[str]:
+    out = header(
+        "warm start",
+        "seed",
+        "steps",
+        "wall s",
+        "held-out success at every 20 steps (verl)",
+        "probe after: golden calls, right args, success",
+    )
+    runs = [r for r in d["runs"] if r["warm_start"].get("shortcuts") in shortcuts]
+    for r in sorted(runs, key=lambda r: (shortcuts.index(r["warm_start"]["shortcuts"]), r["seed"])):
+        planned = int(_setting(r, "trainer.total_training_steps", str(r["steps"])))
+        p = r.get("probe_after")
+        out.append(
+            row(
+                f"`sc{r['warm_start']['shortcuts']:g}`",
+                r["seed"],
+                r["steps"] if planned == r["steps"] else f"{r['steps']} of {planned}",
+                f"{r['wall_s']:.1f}",
+                _held_out(r),
+                ", ".join(pct(p[k]) for k in ("golden_calls", "right_args", "success")) if p else "not probed",
+            )
+        )
+    return out
+
+
+def tool_agent_twins(d: dict[str, Any]) -> list[str]:
+    return _tool_agent_by_warm_start(d, (1.0, 0.5))
+
+
+def tool_agent_band(d: dict[str, Any]) -> list[str]:
+    return _tool_agent_by_warm_start(d, (0.75, 0.9))
+
+
 # --- the shipped tool graphs (docs/environments.md): facts of the specs, computed, not measured ----
 
 
@@ -719,6 +959,13 @@ TABLES: dict[str, tuple[str, Renderer]] = {
     "fusion": ("bench/results/archive/fusion.json", fusion),
     "heavy_thinking": ("bench/results/archive/heavy_thinking.json", heavy_thinking),
     "code_env_episodes": ("bench/results/archive/code_env.json", code_env_episodes),
+    "dora_sim": ("bench/results/archive/dora_sim.json", dora_sim),
+    "dora_sim_admission": ("bench/results/dora_sim_admission.json", dora_sim_admission),
+    "dora_cpu": ("bench/results/dora_cpu.json", dora_cpu),
+    "tool_warm_starts": ("bench/results/archive/tool_warm_starts.json", tool_warm_starts),
+    "tool_agent_runs": ("bench/results/archive/learning_tool_agent.json", tool_agent_runs),
+    "tool_agent_twins": ("bench/results/archive/learning_tool_agent.json", tool_agent_twins),
+    "tool_agent_band": ("bench/results/archive/learning_tool_agent.json", tool_agent_band),
 }
 
 

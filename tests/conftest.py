@@ -14,7 +14,7 @@ import subprocess
 import sys
 import tempfile
 import textwrap
-from collections.abc import Iterator
+from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -143,6 +143,23 @@ def run_cli(*args: str, env: dict[str, str] | None = None, timeout: int = 300) -
 def tiny_assets(tmp_path_factory: pytest.TempPathFactory) -> Assets:
     """The tiny model, tokenizer and arithmetic dataset, built once per session."""
     return ensure_assets(tmp_path_factory.mktemp("assets"), size="tiny")
+
+
+@pytest.fixture(scope="session")
+def tiny(tiny_assets: Assets) -> Assets:
+    """``tiny_assets`` under the short name the rollout and scheduler tests use."""
+    return tiny_assets
+
+
+def chat_prompt_ids(assets: Assets, questions: Iterable[str]) -> list[list[int]]:
+    """Each question as one user turn through the tiny tokenizer's chat template, ready to generate from."""
+    from transformers import AutoTokenizer
+
+    tok = AutoTokenizer.from_pretrained(assets.model)
+    return [
+        list(tok.apply_chat_template([{"role": "user", "content": q}], add_generation_prompt=True)["input_ids"])
+        for q in questions
+    ]
 
 
 @pytest.fixture

@@ -3,6 +3,7 @@ fixture): an in-memory TransferQueue that verl's real replay-buffer code reads a
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Any
 
 import pytest
@@ -10,6 +11,8 @@ import torch
 from verl.utils.tensordict_utils import list_of_dict_to_tensordict
 
 from longcat_plugins.schedulers import sampler as sampler_mod
+from longcat_plugins.schedulers.sampler import DoraReplayBuffer
+from longcat_plugins.schedulers.settings import DoraSettings
 
 
 class FakeTQ:
@@ -58,3 +61,24 @@ def tq(monkeypatch: pytest.MonkeyPatch) -> FakeTQ:
     monkeypatch.setattr(replay_buffer, "tq", fake)
     monkeypatch.setattr(sampler_mod, "KVBatchMeta", replay_buffer.KVBatchMeta)
     return fake
+
+
+def dora_buffer(
+    refill_fn: Callable[[int], Any] | None = None,
+    *,
+    settings: DoraSettings | None = None,
+    staleness: int | None = None,
+    max_off_policy_threshold: int | None = 4,
+) -> DoraReplayBuffer:
+    """verl's replay buffer with the DORA sampler, as the dora trainer builds it, polling without waits."""
+    return DoraReplayBuffer(
+        trainer_mode="dora",
+        trainer_config={},
+        max_off_policy_threshold=max_off_policy_threshold,
+        max_off_policy_strategy="drop",
+        sampler_kwargs={},
+        poll_interval=0.0,
+        refill_fn=refill_fn,
+        staleness=staleness,
+        settings=settings,
+    )

@@ -21,7 +21,7 @@ import pytest
 
 from longcat_plugins.environments.code_env import episode as episode_mod
 from longcat_plugins.environments.code_env.episode import CodeEnvSettings, CodeEpisode
-from longcat_plugins.environments.code_env.pool import WorkspacePool
+from longcat_plugins.environments.code_env.pool import WorkspacePool, copy_owned
 from longcat_plugins.environments.code_env.tasks import make_task, write_task
 from longcat_plugins.rewards.sandbox import IsolationLevel, Limits, Sandbox, available_levels
 from longcat_plugins.rewards.sandbox.isolation import UID_LOCK_DIR
@@ -144,13 +144,8 @@ def test_warm_and_process_per_case_agree(level: IsolationLevel, work_root: str, 
     async def go() -> tuple:
         uid, fd = await sb.lease_uid()
         ws, io = os.path.join(work_root, "ws"), os.path.join(work_root, "io")
-        shutil.copytree(tasks_dir / task.task_id / "repo", ws)
+        copy_owned(str(tasks_dir / task.task_id / "repo"), ws, uid)
         os.mkdir(io, 0o700)
-        if uid is not None:
-            for d, _, fs in os.walk(ws):
-                os.chown(d, uid, uid)
-                for f in fs:
-                    os.chown(os.path.join(d, f), uid, uid)
         try:
             warm, _ = await run_warm(sb, cases, ws, io, uid, LIMITS)
             per = await run_per_process(sb, cases, ws, io, uid, LIMITS)

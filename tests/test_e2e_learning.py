@@ -37,20 +37,26 @@ def warm_cache(tmp_path_factory: pytest.TempPathFactory) -> Path:
     return cache
 
 
-def test_demo_learns_from_the_warm_start(warm_cache: Path, tmp_path: Path, ray_tmp: Path) -> None:
+def run_demo(args: list[str], warm_cache: Path, out: Path, ray_tmp: Path, timeout: int) -> tuple[float, float]:
+    """``longcat-plugins demo`` on the session's warm start; its held-out accuracy before and after (%)."""
     proc = run_cli(
         "demo",
+        *args,
         "--cache-dir",
         str(warm_cache),
         "--out",
-        str(tmp_path / "run"),
+        str(out),
         f"+ray_kwargs.ray_init._temp_dir={ray_tmp}",
-        timeout=900,
+        timeout=timeout,
     )
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
     match = LINE.search(proc.stdout)
     assert match, proc.stdout[-2000:]
-    before, after = float(match.group(1)), float(match.group(2))
+    return float(match.group(1)), float(match.group(2))
+
+
+def test_demo_learns_from_the_warm_start(warm_cache: Path, tmp_path: Path, ray_tmp: Path) -> None:
+    before, after = run_demo([], warm_cache, tmp_path / "run", ray_tmp, timeout=900)
     assert 10.0 <= before <= 60.0, f"the warm start is outside the 10-60% band: {before}%"
     assert after - before >= MIN_HELDOUT_RISE, f"held-out accuracy {before}% -> {after}%"
     scores = [
@@ -71,21 +77,7 @@ def test_the_system_recipe_learns_with_every_component_acting(warm_cache: Path, 
     acted in the run (:mod:`longcat_plugins.evaluation.system`), not merely that it was enabled."""
     from longcat_plugins.evaluation.system import EVIDENCE, components_active
 
-    proc = run_cli(
-        "demo",
-        "--recipe",
-        "longcat",
-        "--cache-dir",
-        str(warm_cache),
-        "--out",
-        str(tmp_path / "run"),
-        f"+ray_kwargs.ray_init._temp_dir={ray_tmp}",
-        timeout=1500,
-    )
-    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
-    match = LINE.search(proc.stdout)
-    assert match, proc.stdout[-2000:]
-    before, after = float(match.group(1)), float(match.group(2))
+    before, after = run_demo(["--recipe", "longcat"], warm_cache, tmp_path / "run", ray_tmp, timeout=1500)
     assert after - before >= MIN_HELDOUT_RISE, f"held-out accuracy {before}% -> {after}%"
     steps = [
         record["data"] for record in map(json.loads, (tmp_path / "run" / "metrics.jsonl").read_text().splitlines())

@@ -8,14 +8,10 @@ from pathlib import Path
 
 import pytest
 import torch
+from conftest import chat_prompt_ids
 
-from longcat_plugins.learning.assets import Assets, ensure_assets
+from longcat_plugins.learning.assets import Assets
 from longcat_plugins.runtime.hf_rollout import HFServer
-
-
-@pytest.fixture(scope="session")
-def tiny(tmp_path_factory: pytest.TempPathFactory) -> Assets:
-    return ensure_assets(tmp_path_factory.mktemp("assets"), size="tiny")
 
 
 @pytest.fixture
@@ -25,17 +21,7 @@ def server(tiny: Assets) -> HFServer:
 
 
 def prompts(tiny: Assets, n: int) -> list[list[int]]:
-    from transformers import AutoTokenizer
-
-    tok = AutoTokenizer.from_pretrained(tiny.model)
-    return [
-        list(
-            tok.apply_chat_template(
-                [{"role": "user", "content": f"What is {i}+{2 * i}?"}], add_generation_prompt=True, tokenize=True
-            )["input_ids"]
-        )
-        for i in range(n)
-    ]
+    return chat_prompt_ids(tiny, (f"What is {i}+{2 * i}?" for i in range(n)))
 
 
 async def generate_all(server: HFServer, batch: list[list[int]], params: dict) -> list:

@@ -15,7 +15,7 @@ from pathlib import Path
 
 import pytest
 from conftest import REPO, make_dist, run_cli
-from sched_helpers import FakeTQ
+from sched_helpers import FakeTQ, dora_buffer
 
 from longcat_plugins.host import Host
 from longcat_plugins.runtime.launch import configs_dir
@@ -43,17 +43,7 @@ def install(site: Path) -> None:
 
 def sampler(settings: DoraSettings, staleness: int = 1) -> DoraReplayBuffer:
     """verl's replay buffer with our sampler over the in-memory TransferQueue, metadata read."""
-    buffer = DoraReplayBuffer(
-        trainer_mode="dora",
-        trainer_config={},
-        max_off_policy_threshold=4,
-        max_off_policy_strategy="drop",
-        sampler_kwargs={},
-        poll_interval=0.0,
-        refill_fn=lambda k: k,
-        staleness=staleness,
-        settings=settings,
-    )
+    buffer = dora_buffer(lambda k: k, settings=settings, staleness=staleness)
     buffer._sync_metadata_from_transfer_queue()
     return buffer
 

@@ -8,14 +8,16 @@ from __future__ import annotations
 import asyncio
 import os
 import random
+from collections.abc import Callable
 from typing import Any
 
 import pytest
 import ray
 import torch
+from conftest import chat_prompt_ids
 from omegaconf import OmegaConf
 
-from longcat_plugins.learning.assets import Assets, ensure_assets
+from longcat_plugins.learning.assets import Assets
 from longcat_plugins.runtime.hf_rollout import HFServer
 from longcat_plugins.schedulers.client import DoraLLMServerClient
 from longcat_plugins.schedulers.core.balancer import BalanceContext, greedy, place_migrations
@@ -103,23 +105,8 @@ class Local:
         return Method
 
 
-@pytest.fixture(scope="module")
-def tiny(tmp_path_factory: pytest.TempPathFactory) -> Assets:
-    return ensure_assets(tmp_path_factory.mktemp("assets"), size="tiny")
-
-
 def _prompts(tiny: Assets, n: int) -> list[list[int]]:
-    from transformers import AutoTokenizer
-
-    tok = AutoTokenizer.from_pretrained(tiny.model)
-    return [
-        list(
-            tok.apply_chat_template(
-                [{"role": "user", "content": f"Add {i} and {3 * i}."}], add_generation_prompt=True, tokenize=True
-            )["input_ids"]
-        )
-        for i in range(n)
-    ]
+    return chat_prompt_ids(tiny, (f"Add {i} and {3 * i}." for i in range(n)))
 
 
 def _server(tiny: Assets, rank: int, versions: list[tuple[int, dict]]) -> HFServer:
@@ -156,6 +143,21 @@ def _router(handles: dict[str, Any], config: DoraConfig) -> tuple[DoraLoadBalanc
 GREEDY = {"temperature": 0, "logprobs": True, "max_tokens": 36}
 
 
+async def _started(
+    client: DoraLLMServerClient, batch: list[list[int]], server: HFServer, running: int, tokens: int | Callable[[], int]
+) -> list[asyncio.Task]:
+    """Start ``batch`` greedily through ``client``; return once ``server`` runs ``running`` requests
+    and the first has generated ``tokens`` (a callable: drawn again at every poll)."""
+    calls = [
+        asyncio.create_task(client.generate(f"s{i}", prompt_ids=p, sampling_params=dict(GREEDY)))
+        for i, p in enumerate(batch)
+    ]
+    threshold = tokens if callable(tokens) else lambda: tokens
+    while len(server._running) < running or len(server._running[0].tokens) < threshold():
+        await asyncio.sleep(0.001)
+    return calls
+
+
 def test_migrated_requests_continue_on_their_version_and_equal_the_unmoved_decode(tiny: Assets) -> None:
     """Four requests start on replica a; replica b joins, the core's plan moves two of them;
     each is stopped on a and continued on b from its prefix on version 1, although b's newest
@@ -168,12 +170,7 @@ def test_migrated_requests_continue_on_their_version_and_equal_the_unmoved_decod
     lb, client = _router({"a": Local(a)}, _rebalancing())
 
     async def scenario() -> tuple[list, dict]:
-        calls = [
-            asyncio.create_task(client.generate(f"s{i}", prompt_ids=p, sampling_params=dict(GREEDY)))
-            for i, p in enumerate(batch)
-        ]
-        while len(a._running) < 4 or len(a._running[0].tokens) < 4:
-            await asyncio.sleep(0.001)
+        calls = await _started(client, batch, a, 4, 4)
         await lb.add_servers({"b": Local(b)})  # loads 4 vs 0: the plan moves two to b
         outs = await asyncio.wait_for(asyncio.gather(*calls), 60)
         return outs, await lb.end_step()
@@ -206,12 +203,7 @@ def test_a_migration_to_a_replica_without_the_version_restarts_from_the_prompt(t
     lb, client = _router({"a": Local(a)}, _rebalancing())
 
     async def scenario() -> list:
-        calls = [
-            asyncio.create_task(client.generate(f"s{i}", prompt_ids=p, sampling_params=dict(GREEDY)))
-            for i, p in enumerate(batch)
-        ]
-        while len(a._running) < 4 or len(a._running[0].tokens) < 4:
-            await asyncio.sleep(0.001)
+        calls = await _started(client, batch, a, 4, 4)
         await lb.add_servers({"b": Local(b)})
         return await asyncio.wait_for(asyncio.gather(*calls), 60)
 
@@ -234,12 +226,7 @@ def test_stale_requests_are_stopped_at_publish_and_restarted_on_the_newest_versi
     ref = [asyncio.run(base.generate(p, dict(GREEDY), request_id=f"r{i}")) for i, p in enumerate(batch)]
 
     async def scenario() -> tuple[list, dict]:
-        calls = [
-            asyncio.create_task(client.generate(f"s{i}", prompt_ids=p, sampling_params=dict(GREEDY)))
-            for i, p in enumerate(batch)
-        ]
-        while len(a._running) < 2 or len(a._running[0].tokens) < 2:
-            await asyncio.sleep(0.001)
+        calls = await _started(client, batch, a, 2, 2)
         await a.update_weights(v1, global_steps=2)
         await a.update_weights(v1, global_steps=3)  # same weights: the restart decodes the same tokens
         metrics = await lb.end_step(3)
@@ -273,12 +260,7 @@ def test_single_version_replicas_execute_a_plan_on_the_replica_holding_the_versi
         await lb.enable_single_version(1, 1)
         for i in range(4):
             lb._request_id_to_server[f"s{i}"] = "a"  # verl's sticky sessions put all four on a
-        calls = [
-            asyncio.create_task(client.generate(f"s{i}", prompt_ids=p, sampling_params=dict(GREEDY)))
-            for i, p in enumerate(batch)
-        ]
-        while len(a._running) < 4 or len(a._running[0].tokens) < 4:
-            await asyncio.sleep(0.001)
+        calls = await _started(client, batch, a, 4, 4)
         lb._execute([Migration("s3", "a", "b"), Migration("s2", "a", "b")])
         assert lb.roller.replicas["b"].inflight == {"s2", "s3"}  # reserved before the stop lands
         outs = await asyncio.wait_for(asyncio.gather(*calls), 60)
@@ -389,12 +371,7 @@ def _death_mid_migration(tiny: Assets, victim: str, when: str, seed: int = 0) ->
         await lb.enable_single_version(1, 1)
         for i in range(4):
             lb._request_id_to_server[f"s{i}"] = "a"  # verl's sticky sessions put all four on a
-        calls = [
-            asyncio.create_task(client.generate(f"s{i}", prompt_ids=p, sampling_params=dict(GREEDY)))
-            for i, p in enumerate(batch)
-        ]
-        while len(a._running) < 4 or len(a._running[0].tokens) < rng.randint(2, 8):
-            await asyncio.sleep(0.001)
+        calls = await _started(client, batch, a, 4, lambda: rng.randint(2, 8))
         lb._execute([Migration("s3", "a", "b"), Migration("s2", "a", "b")])
         if when == "random":
             await asyncio.sleep(rng.uniform(0, 0.15))

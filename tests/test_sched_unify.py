@@ -12,7 +12,7 @@ from collections.abc import Callable
 from typing import Any
 
 import pytest
-from sched_helpers import FakeTQ
+from sched_helpers import FakeTQ, dora_buffer
 
 from longcat_plugins.schedulers import sampler as sampler_mod
 from longcat_plugins.schedulers.core import queue as core_queue
@@ -26,16 +26,7 @@ from longcat_plugins.schedulers.settings import DoraSettings
 
 def buffer_with(settings: DoraSettings, refill_fn: Callable[[int], Any]) -> DoraReplayBuffer:
     """The DORA sampler as the dora trainer builds it, with ``settings`` and ``refill_fn``."""
-    return DoraReplayBuffer(
-        trainer_mode="dora",
-        trainer_config={},
-        max_off_policy_threshold=None,
-        max_off_policy_strategy="drop",
-        sampler_kwargs={},
-        poll_interval=0.0,
-        refill_fn=refill_fn,
-        settings=settings,
-    )
+    return dora_buffer(refill_fn, settings=settings, max_off_policy_threshold=None)
 
 
 def make_buffer(refills: list[int], **settings: Any) -> DoraReplayBuffer:
@@ -174,14 +165,7 @@ def test_domain_settings_are_checked_with_their_key_path() -> None:
             settings(**bad)
     # tolerance 0 cannot split a batch of 4 into thirds: named when the batch size is known
     thirds = DoraSettings(domain_ratios={"a": 1, "b": 1, "c": 1}, domain_tolerance=0.0)
-    buffer = DoraReplayBuffer(
-        trainer_mode="dora",
-        trainer_config={},
-        max_off_policy_threshold=None,
-        max_off_policy_strategy="drop",
-        sampler_kwargs={},
-        settings=thirds,
-    )
+    buffer = dora_buffer(settings=thirds, max_off_policy_threshold=None)
     with pytest.raises(ConfigError, match=r"longcat\.settings\.scheduler\.dora.*domain_tolerance"):
         buffer.domain_quotas(4, ["a", "b", "c"])
 

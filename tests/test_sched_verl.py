@@ -8,7 +8,7 @@ from typing import Any
 
 import pytest
 from omegaconf import OmegaConf
-from sched_helpers import FakeTQ
+from sched_helpers import FakeTQ, dora_buffer
 from verl.experimental.fully_async_policy.dynamic_schedule.base import DynamicScheduleContext
 
 from longcat_plugins.config import ConfigError
@@ -24,16 +24,7 @@ from longcat_plugins.selection import Selection
 
 
 def make_buffer(refills: list[int], staleness: int = 1) -> DoraReplayBuffer:
-    return DoraReplayBuffer(
-        trainer_mode="dora",
-        trainer_config={},
-        max_off_policy_threshold=4,
-        max_off_policy_strategy="drop",
-        sampler_kwargs={},
-        poll_interval=0.0,
-        refill_fn=lambda k: refills.append(k) or k,
-        staleness=staleness,
-    )
+    return dora_buffer(lambda k: refills.append(k) or k, staleness=staleness)
 
 
 def test_staleness_is_measured_from_the_version_trained_on() -> None:

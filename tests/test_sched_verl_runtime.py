@@ -12,29 +12,15 @@ from collections.abc import Iterator
 
 import pytest
 import torch
+from conftest import chat_prompt_ids
 from omegaconf import OmegaConf
 
-from longcat_plugins.learning.assets import Assets, ensure_assets
+from longcat_plugins.learning.assets import Assets
 from longcat_plugins.runtime.hf_rollout import HFServer
 
 
-@pytest.fixture(scope="module")
-def tiny(tmp_path_factory: pytest.TempPathFactory) -> Assets:
-    return ensure_assets(tmp_path_factory.mktemp("assets"), size="tiny")
-
-
 def prompt_ids(tiny: Assets, n: int) -> list[list[int]]:
-    from transformers import AutoTokenizer
-
-    tok = AutoTokenizer.from_pretrained(tiny.model)
-    return [
-        list(
-            tok.apply_chat_template([{"role": "user", "content": f"What is {i}+7?"}], add_generation_prompt=True)[
-                "input_ids"
-            ]
-        )
-        for i in range(n)
-    ]
+    return chat_prompt_ids(tiny, (f"What is {i}+7?" for i in range(n)))
 
 
 def teacher_forced_logprobs(

@@ -36,6 +36,8 @@ from typing import Any
 import torch
 from verl.workers.config.actor import PolicyLossConfig
 
+from longcat_plugins.schema import select
+
 __all__ = [
     "ISConfig",
     "validate_is_cap",
@@ -128,11 +130,11 @@ def correct_is_weights(
 def check_rollout_correction(cfg: Mapping[str, Any]) -> list[str]:
     """Before Ray: with IcePop on, verl's rollout correction must hand the loss token-level
     ratios that still show every r_it up to ``icepop_high`` (``"key.path: what is wrong"``)."""
-    policy_loss = _select(cfg, f"{KEY_PREFIX}") or {}
+    policy_loss = select(cfg, f"{KEY_PREFIX}") or {}
     if not isinstance(policy_loss, Mapping) or not policy_loss.get("icepop", False):
         return []
     low, high = policy_loss.get("icepop_low", ISConfig.icepop_low), policy_loss.get("icepop_high", ISConfig.icepop_high)
-    rc = _select(cfg, "algorithm.rollout_correction")
+    rc = select(cfg, "algorithm.rollout_correction")
     key = "algorithm.rollout_correction"
     if not isinstance(rc, Mapping) or rc.get("rollout_is") != "token":
         got = rc.get("rollout_is") if isinstance(rc, Mapping) else rc
@@ -161,12 +163,3 @@ def check_rollout_correction(cfg: Mapping[str, Any]) -> list[str]:
     except ValueError:
         problems.append(f"{key}.rollout_is_threshold: not a number or 'lower_upper' pair: {threshold!r}")
     return problems
-
-
-def _select(cfg: Mapping[str, Any], path: str) -> Any:
-    node: Any = cfg
-    for part in path.split("."):
-        if not isinstance(node, Mapping) or part not in node:
-            return None
-        node = node[part]
-    return node

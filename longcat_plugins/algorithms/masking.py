@@ -37,27 +37,18 @@ from typing import Any
 
 import numpy as np
 
+from longcat_plugins.verl_version import TESTED_VERL, verl_is_tested
+
 logger = logging.getLogger(__name__)
 
-TESTED_VERL = ">=0.9.1,<0.10"
+#: is the installed verl one this wrapping was written for? (a name tests can replace)
+verl_supported = verl_is_tested
 SEAMS = ("verl.trainer.ppo.ray_trainer", "verl.trainer.ppo.v1.utils")
 _PARAMS = ("data", "adv_estimator")
 #: seam -> applied (for tests and ``doctor``)
 APPLIED: dict[str, bool] = {}
 #: estimators that mask invalid samples themselves (besides any function carrying the attribute)
 MASKS_INVALID_ATTR = "__longcat_masks_invalid__"
-
-
-def verl_supported() -> bool:
-    """Is the installed verl one this wrapping was written for?"""
-    import importlib.metadata
-
-    from packaging.specifiers import SpecifierSet
-
-    try:
-        return importlib.metadata.version("verl") in SpecifierSet(TESTED_VERL)
-    except importlib.metadata.PackageNotFoundError:
-        return False
 
 
 def estimator_name(adv_estimator: Any) -> str:

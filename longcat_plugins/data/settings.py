@@ -20,6 +20,12 @@ def _fail(key: str, message: str) -> None:
     raise ValueError(f"{key}: {message}")
 
 
+def _at_least(key: str, value: int, bound: int) -> None:
+    """The setting at ``key`` must be at least ``bound``; a ValueError naming it otherwise."""
+    if value < bound:
+        _fail(key, f"must be >= {bound}, got {value}")
+
+
 @dataclass(frozen=True)
 class BudgetSettings:
     """D4: rollouts per task from a value function under a fixed rollout budget per step.
@@ -65,10 +71,8 @@ class OversamplingSettings:
     def __post_init__(self) -> None:
         if not 1 <= self.k_min <= self.k_max:
             _fail("oversampling.k_min", f"need 1 <= k_min <= k_max, got k_min={self.k_min}, k_max={self.k_max}")
-        if self.group_size < 0:
-            _fail("oversampling.group_size", f"must be >= 0, got {self.group_size}")
-        if self.min_group < 1:
-            _fail("oversampling.min_group", f"must be >= 1, got {self.min_group}")
+        _at_least("oversampling.group_size", self.group_size, 0)
+        _at_least("oversampling.min_group", self.min_group, 1)
 
 
 @dataclass(frozen=True)
@@ -124,10 +128,8 @@ class ReplaySettings:
     def __post_init__(self) -> None:
         if not 0.0 <= self.reuse_ratio < 1.0:
             _fail("replay.reuse_ratio", f"must be in [0, 1), got {self.reuse_ratio!r}")
-        if self.capacity < 0:
-            _fail("replay.capacity", f"must be >= 0, got {self.capacity}")
-        if self.staleness < 0:
-            _fail("replay.staleness", f"must be >= 0, got {self.staleness}")
+        _at_least("replay.capacity", self.capacity, 0)
+        _at_least("replay.staleness", self.staleness, 0)
 
 
 @dataclass(frozen=True)
@@ -208,12 +210,10 @@ class SelfVerifySettings:
             _fail("selfverify.tasks", f"must be an even number >= 2 (pairs of rollouts), got {self.tasks}")
         if self.rollouts < 0:
             _fail("selfverify.rollouts", f"must be >= 0 (0: rollout.n), got {self.rollouts}")
-        if self.max_steps < 1:
-            _fail("selfverify.max_steps", f"must be >= 1, got {self.max_steps}")
+        _at_least("selfverify.max_steps", self.max_steps, 1)
         if not 0.0 <= self.exit_accuracy <= 1.0:
             _fail("selfverify.exit_accuracy", f"must be in [0, 1], got {self.exit_accuracy!r}")
-        if self.recent_steps < 1:
-            _fail("selfverify.recent_steps", f"must be >= 1, got {self.recent_steps}")
+        _at_least("selfverify.recent_steps", self.recent_steps, 1)
         for slot in ("{problem}", "{solution}"):
             if slot not in self.prompt:
                 _fail("selfverify.prompt", f"has no {slot} slot: {self.prompt!r}")
@@ -271,8 +271,7 @@ class DataSettings:
             _fail("prior_pass_rate", f"must be in [0, 1], got {self.prior_pass_rate!r}")
         if not 0.0 < self.momentum <= 1.0:
             _fail("momentum", f"must be in (0, 1], got {self.momentum!r}")
-        if self.pool_factor < 1:
-            _fail("pool_factor", f"must be >= 1, got {self.pool_factor}")
+        _at_least("pool_factor", self.pool_factor, 1)
         if not self.task_key:
             _fail("task_key", "must name a row field")
         object.__setattr__(self, "strategies", list(self.strategies))

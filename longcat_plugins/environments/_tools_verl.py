@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import os
-import tempfile
 import threading
 from collections import OrderedDict
 from pathlib import Path
@@ -12,6 +11,7 @@ from typing import Any
 from verl.tools.base_tool import BaseTool
 from verl.tools.schemas import OpenAIFunctionToolSchema, ToolResponse
 
+from longcat_plugins.atomic import write_parquet_atomic, write_text_atomic
 from longcat_plugins.environments.episodes import load_environment_cached, open_episode
 
 #: key of the episode outcome in ``agent_data.extra_fields`` (and so in the reward's ``extra_info``)
@@ -130,17 +130,7 @@ def as_tool_agent_dataset(tasks_parquet: str | os.PathLike[str], out: str | os.P
 
     df["extra_info"] = df["extra_info"].map(with_kwargs)
     df["agent_name"] = "tool_agent"
-    out = Path(out)
-    out.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(prefix=f".{out.name}-", dir=out.parent)
-    os.close(fd)
-    try:
-        df.to_parquet(tmp)
-        os.replace(tmp, out)
-    finally:
-        if os.path.exists(tmp):
-            os.unlink(tmp)
-    return out
+    return write_parquet_atomic(df, out)
 
 
 def schema_from_environment(env_path: str, name: str) -> OpenAIFunctionToolSchema:
@@ -178,14 +168,4 @@ def write_tool_config(env_path: str | os.PathLike[str], out: str | os.PathLike[s
                 },
             }
         )
-    out = Path(out)
-    out.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(prefix=f".{out.name}-", dir=out.parent)
-    try:
-        with os.fdopen(fd, "w") as fh:
-            yaml.safe_dump({"tools": tools}, fh, sort_keys=False)
-        os.replace(tmp, out)
-    finally:
-        if os.path.exists(tmp):
-            os.unlink(tmp)
-    return out
+    return write_text_atomic(out, yaml.safe_dump({"tools": tools}, sort_keys=False))

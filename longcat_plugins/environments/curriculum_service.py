@@ -23,7 +23,6 @@ import json
 import logging
 import os
 import random
-import tempfile
 import threading
 from collections.abc import Callable
 from dataclasses import dataclass, fields
@@ -32,6 +31,7 @@ from typing import Any
 
 from verl.trainer.ppo.checkpoint_callback import CheckpointCallback
 
+from longcat_plugins.atomic import write_json_atomic
 from longcat_plugins.environments.curriculum import CurriculumConfig, NoiseCurriculum
 from longcat_plugins.environments.noise import NoiseConfig
 
@@ -290,14 +290,4 @@ class CurriculumCheckpointCallback(CheckpointCallback):
 
 def save_state(state: dict[str, Any], checkpoint_dir: str | os.PathLike[str]) -> Path:
     """Write the service state into ``checkpoint_dir`` atomically; the file's path."""
-    folder = Path(checkpoint_dir)
-    folder.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(prefix=f".{STATE_FILE}.", dir=folder)
-    try:
-        with os.fdopen(fd, "w") as f:
-            json.dump(state, f)
-        os.replace(tmp, folder / STATE_FILE)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise
-    return folder / STATE_FILE
+    return write_json_atomic(Path(checkpoint_dir) / STATE_FILE, state)

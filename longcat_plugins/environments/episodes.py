@@ -6,26 +6,26 @@ the same way, and the reward function runs in processes that never import verl's
 
 from __future__ import annotations
 
-import threading
 from typing import Any
 
+from longcat_plugins.per_process import PerProcess
 from longcat_plugins.rewards.plain import plain
 
 AGENT_NAME = "longcat_tool_agent"
 
-_env_cache: dict[str, Any] = {}
-_env_lock = threading.Lock()
+_ENVIRONMENTS: PerProcess[str, Any] = PerProcess()
+_env_cache = _ENVIRONMENTS.values
 
 
 def load_environment_cached(env_path: str) -> Any:
     """The environment at ``env_path``, loaded once per process."""
-    with _env_lock:
-        env = _env_cache.get(env_path)
-        if env is None:
-            from longcat_plugins.environments.runtime import load_environment
 
-            env = _env_cache[env_path] = load_environment(env_path)
-        return env
+    def load() -> Any:
+        from longcat_plugins.environments.runtime import load_environment
+
+        return load_environment(env_path)
+
+    return _ENVIRONMENTS.get(env_path, load)
 
 
 def episode_spec(extra_info: Any, where: str = "extra_info") -> tuple[str, str, int]:

@@ -19,12 +19,13 @@ with every sample.
 from __future__ import annotations
 
 import json
-import os
 import tempfile
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
+
+from longcat_plugins.atomic import write_parquet_atomic
 
 WITH, WITHOUT = "with_tools", "without_tools"
 AGENT = {WITH: "longcat_tool_agent", WITHOUT: "longcat_tool_agent_no_tools"}
@@ -137,19 +138,6 @@ def path_overrides(model: Path, data: Path, n: int, temperature: float, dump: Pa
         f"actor_rollout_ref.rollout.val_kwargs.temperature={temperature}",
         "++longcat.settings.environment.longcat_tool_agent.noise_curriculum.enabled=false",
     ]
-
-
-def write_parquet_atomic(frame: Any, out: Path) -> None:
-    """Whole file or nothing."""
-    out.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(dir=out.parent, prefix=f".{out.name}.", suffix=".tmp")
-    os.close(fd)
-    try:
-        frame.to_parquet(tmp)
-        os.replace(tmp, out)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise
 
 
 @dataclass(frozen=True)

@@ -10,13 +10,11 @@ verl's ``file`` logger.
 
 from __future__ import annotations
 
-import json
-import os
-import tempfile
 from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
+from longcat_plugins import atomic
 from longcat_plugins.evaluation.target import Target
 from longcat_plugins.evaluation.verl_metrics import PREFIX
 
@@ -69,17 +67,8 @@ def collect(steps: list[dict[str, Any]], ks: list[int]) -> dict[str, dict[str, f
 
 
 def write_json_atomic(path: Path, payload: dict[str, Any]) -> None:
-    """Whole file or nothing: a crash mid-write leaves no truncated JSON behind."""
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
-    try:
-        with os.fdopen(fd, "w") as fh:
-            json.dump(payload, fh, indent=2, sort_keys=True)
-            fh.write("\n")
-        os.replace(tmp, path)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise
+    """The evaluation document, indented with sorted keys, whole file or nothing."""
+    atomic.write_json_atomic(path, payload, indent=2, sort_keys=True)
 
 
 def run_eval(

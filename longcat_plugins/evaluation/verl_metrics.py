@@ -29,11 +29,11 @@ from types import ModuleType
 from typing import Any
 
 from longcat_plugins.evaluation.passk import default_ks, estimate
+from longcat_plugins.verl_version import TESTED_VERL, verl_is_tested
 
 logger = logging.getLogger(__name__)
 
 #: the verl releases whose ``_val_metrics_update`` this wraps
-TESTED_VERL = ">=0.9.1,<0.10"
 #: metric key prefix (verl's own are ``val-core/...`` and ``val-aux/...``)
 PREFIX = "longcat/val"
 #: verl module -> the class whose ``_val_metrics_update`` is wrapped
@@ -192,24 +192,13 @@ def added_metrics(
     return out
 
 
-def _verl_ok() -> bool:
-    import importlib.metadata
-
-    from packaging.specifiers import SpecifierSet
-
-    try:
-        return importlib.metadata.version("verl") in SpecifierSet(TESTED_VERL)
-    except importlib.metadata.PackageNotFoundError:
-        return False
-
-
 def wrap_trainer(module: ModuleType) -> None:
     """Post-import hook: wrap ``_val_metrics_update`` of the module's trainer class (idempotent)."""
     cls = getattr(module, SEAMS[module.__name__], None)
     original = getattr(cls, "_val_metrics_update", None)
     if original is None or getattr(original, "__longcat_passk__", False):
         return
-    if not _verl_ok():
+    if not verl_is_tested():
         logger.warning("longcat-plugins: pass@k validation metrics off: verl is outside %s", TESTED_VERL)
         return
     params = tuple(inspect.signature(original).parameters)

@@ -99,34 +99,39 @@ class TensorContext:
         return gen
 
 
-def uses_global_norms(predicate: Callable[[Any], bool]) -> Callable[[Callable[..., Any]], Callable[..., Any]]:
-    """Mark a method that needs the experts' global task-vector norms when ``predicate(settings)``
-    is true. The engine then makes a first pass over every tensor to compute them (one extra
-    read of all checkpoints) and passes them as ``ctx.expert_norms``."""
+def _marking(attr: str, value: Any) -> Callable[[Callable[..., Any]], Callable[..., Any]]:
+    """A decorator that marks a method with ``value`` under ``attr`` (read back by the engine)."""
 
     def mark(fn: Callable[..., Any]) -> Callable[..., Any]:
-        setattr(fn, _GLOBAL_NORMS_ATTR, predicate)
+        setattr(fn, attr, value)
         return fn
 
     return mark
 
 
+def _declared_for(fn: Callable[..., Any], attr: str, settings: Any) -> bool:
+    """Whether the predicate ``fn`` was marked with under ``attr`` holds for ``settings`` (unmarked: no)."""
+    predicate = getattr(fn, attr, None)
+    return bool(predicate(settings)) if predicate is not None else False
+
+
+def uses_global_norms(predicate: Callable[[Any], bool]) -> Callable[[Callable[..., Any]], Callable[..., Any]]:
+    """Mark a method that needs the experts' global task-vector norms when ``predicate(settings)``
+    is true. The engine then makes a first pass over every tensor to compute them (one extra
+    read of all checkpoints) and passes them as ``ctx.expert_norms``."""
+    return _marking(_GLOBAL_NORMS_ATTR, predicate)
+
+
 def needs_global_norms(fn: Callable[..., Any], settings: Any) -> bool:
     """Whether ``fn`` asked for global norms with these settings."""
-    predicate = getattr(fn, _GLOBAL_NORMS_ATTR, None)
-    return bool(predicate(settings)) if predicate is not None else False
+    return _declared_for(fn, _GLOBAL_NORMS_ATTR, settings)
 
 
 def checks_params(check: Callable[..., None]) -> Callable[[Callable[..., Any]], Callable[..., Any]]:
     """Mark a method whose parameter values ``check(**params)`` validates without tensors
     (raising :class:`ParamError`). The engine then calls ``check`` instead of probing the
     method on one-element tensors, so ``fuse --dry-run`` need not import torch."""
-
-    def mark(fn: Callable[..., Any]) -> Callable[..., Any]:
-        setattr(fn, _PARAMS_CHECK_ATTR, check)
-        return fn
-
-    return mark
+    return _marking(_PARAMS_CHECK_ATTR, check)
 
 
 def params_check(fn: Callable[..., Any]) -> Callable[..., None] | None:
@@ -140,18 +145,12 @@ def elementwise(predicate: Callable[[Any], bool]) -> Callable[[Callable[..., Any
     slice) it returns exactly the slices of what it returns for the whole tensor, and its
     stats add up over slices. The engine then streams such a tensor in chunks (bounded memory,
     reading overlapped with merging) instead of holding N+1 float32 copies of it."""
-
-    def mark(fn: Callable[..., Any]) -> Callable[..., Any]:
-        setattr(fn, _ELEMENTWISE_ATTR, predicate)
-        return fn
-
-    return mark
+    return _marking(_ELEMENTWISE_ATTR, predicate)
 
 
 def is_elementwise(fn: Callable[..., Any], settings: Any) -> bool:
     """Whether ``fn`` declared itself element-wise for these settings."""
-    predicate = getattr(fn, _ELEMENTWISE_ATTR, None)
-    return bool(predicate(settings)) if predicate is not None else False
+    return _declared_for(fn, _ELEMENTWISE_ATTR, settings)
 
 
 def reports_delta_norms(fn: Callable[..., Any]) -> Callable[..., Any]:

@@ -9,10 +9,10 @@ score is 1.0 when every case passes (``score_mode: all``) or the pass rate
 from __future__ import annotations
 
 import re
-import threading
 from dataclasses import dataclass
 from typing import Any
 
+from longcat_plugins.per_process import PerProcess
 from longcat_plugins.rewards.result import RewardSetupError, invalid, scored
 from longcat_plugins.rewards.sandbox import Limits, Sandbox, parse_test_cases
 from longcat_plugins.rewards.sandbox.languages import ALIASES, LANGUAGES
@@ -59,29 +59,22 @@ def extract_code(response: str, default_language: str) -> tuple[str | None, str]
     return found
 
 
-_sandboxes: dict[tuple[Any, ...], Sandbox] = {}
-_lock = threading.Lock()
+_SANDBOXES: PerProcess[tuple[Any, ...], Sandbox] = PerProcess()
 
 
 def get_sandbox(cfg: CodeRewardConfig) -> Sandbox:
     """One sandbox per distinct setting set per process (it owns the per-run uid slots)."""
     key = (cfg.isolation, cfg.limits(), cfg.max_concurrent, cfg.python_call_mode, cfg.python_stdio_mode)
-    with _lock:
-        if key not in _sandboxes:
-            _sandboxes[key] = Sandbox(
-                cfg.isolation,
-                cfg.limits(),
-                max_concurrent=cfg.max_concurrent,
-                python_call_mode=cfg.python_call_mode,
-                python_stdio_mode=cfg.python_stdio_mode,
-            )
-        return _sandboxes[key]
-
-
-def _settings(overrides: dict[str, Any]) -> CodeRewardConfig:
-    from longcat_plugins.host import settings_with_overrides
-
-    return settings_with_overrides("reward", "code", CodeRewardConfig, overrides)
+    return _SANDBOXES.get(
+        key,
+        lambda: Sandbox(
+            cfg.isolation,
+            cfg.limits(),
+            max_concurrent=cfg.max_concurrent,
+            python_call_mode=cfg.python_call_mode,
+            python_stdio_mode=cfg.python_stdio_mode,
+        ),
+    )
 
 
 async def compute_score(
@@ -92,7 +85,9 @@ async def compute_score(
     **kwargs: Any,
 ) -> dict[str, Any]:
     """verl reward function: run the response's program against ``ground_truth``'s test cases."""
-    cfg = _settings(kwargs)
+    from longcat_plugins.host import settings_with_overrides  # lazily, as the reward module imports without the host
+
+    cfg = settings_with_overrides("reward", "code", CodeRewardConfig, kwargs)
     language = str((extra_info or {}).get("language") or cfg.language)
     try:
         suite = parse_test_cases(ground_truth, cfg.max_cases)

@@ -43,11 +43,10 @@ from types import ModuleType
 from typing import Any
 
 from longcat_plugins.rewards.result import ERROR_KEY, FAILED_KEY, NAME_KEY, VALID_KEY, RewardSetupError, failed
+from longcat_plugins.verl_version import TESTED_VERL, verl_is_tested
 
 logger = logging.getLogger(__name__)
 
-#: the verl releases whose methods this wraps
-TESTED_VERL = ">=0.9.1,<0.10"
 #: metric key prefix: ``longcat/reward/failed/<reward name>`` = samples of the step whose reward raised
 PREFIX = "longcat/reward/failed"
 #: ``longcat/reward/invalid_share``: share of the step's samples without a valid score (raised or undecidable)
@@ -237,19 +236,8 @@ def enforce(step: StepFailures, where: str, limit: FailureSettings | None = None
 # -- the seams --------------------------------------------------------------------------------------
 
 
-def _verl_ok() -> bool:
-    import importlib.metadata
-
-    from packaging.specifiers import SpecifierSet
-
-    try:
-        return importlib.metadata.version("verl") in SpecifierSet(TESTED_VERL)
-    except importlib.metadata.PackageNotFoundError:
-        return False
-
-
 def _params_ok(fn: Any, expected: tuple[str, ...], what: str) -> bool:
-    if not _verl_ok():
+    if not verl_is_tested():
         logger.warning("longcat-plugins: %s left as verl has it: verl is outside %s", what, TESTED_VERL)
         return False
     params = tuple(inspect.signature(fn).parameters)

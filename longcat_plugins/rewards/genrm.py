@@ -143,12 +143,6 @@ async def judge(prompt: str, cfg: GenRMConfig, url: str, model: str) -> tuple[bo
     raise JudgeError(f"judge failed after {cfg.max_retries + 1} attempts: {last}")
 
 
-def _settings(overrides: dict[str, Any]) -> GenRMConfig:
-    from longcat_plugins.host import settings_with_overrides
-
-    return settings_with_overrides("reward", "genrm", GenRMConfig, overrides)
-
-
 async def compute_score(
     data_source: str,
     solution_str: str,
@@ -159,7 +153,9 @@ async def compute_score(
     **kwargs: Any,
 ) -> dict[str, Any]:
     """verl reward function (async): 1.0 when the judge says the response matches the reference."""
-    cfg = _settings(kwargs)
+    from longcat_plugins.host import settings_with_overrides  # lazily, as the reward module imports without the host
+
+    cfg = settings_with_overrides("reward", "genrm", GenRMConfig, kwargs)
     if reward_router_address:
         url, model = f"http://{reward_router_address}/v1/chat/completions", reward_model_name or cfg.model
     elif cfg.base_url:

@@ -17,23 +17,15 @@ from typing import Any
 from packaging.specifiers import SpecifierSet
 
 from longcat_plugins.runtime.platform import cpu_runtime_active
+from longcat_plugins.verl_version import TESTED_VERL, verl_is_tested
 
 logger = logging.getLogger(__name__)
 
 #: the verl releases these fixes were checked against
-FIXED_VERL = SpecifierSet(">=0.9.1,<0.10")
+FIXED_VERL = SpecifierSet(TESTED_VERL)
 
 #: fix name -> whether it has been applied in this process (for tests and ``doctor``)
 APPLIED: dict[str, bool] = {}
-
-
-def _verl_ok() -> bool:
-    import importlib.metadata
-
-    try:
-        return importlib.metadata.version("verl") in FIXED_VERL
-    except importlib.metadata.PackageNotFoundError:
-        return False
 
 
 def guarded(name: str) -> Callable[[Callable[[ModuleType], None]], Callable[[ModuleType], None]]:
@@ -45,7 +37,7 @@ def guarded(name: str) -> Callable[[Callable[[ModuleType], None]], Callable[[Mod
             if not cpu_runtime_active():
                 logger.debug("fix %s skipped: the CPU runtime is not active", name)
                 return
-            if not _verl_ok():
+            if not verl_is_tested():
                 logger.warning("longcat-plugins: fix %s skipped: verl is outside %s", name, FIXED_VERL)
                 return
             fix(module)

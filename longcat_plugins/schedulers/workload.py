@@ -14,9 +14,10 @@ from __future__ import annotations
 
 import json
 import os
-import tempfile
 from pathlib import Path
 from typing import Any
+
+from longcat_plugins.atomic import write_parquet_atomic
 
 AGENT_NAME = "skewed_single_turn"
 
@@ -46,16 +47,7 @@ def write_skewed_dataset(
         {**(info or {}), "max_tokens": b, "length": "long" if b == long_tokens else "short"}
         for info, b in zip(frame["extra_info"], budgets, strict=True)
     ]
-    target.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(dir=target.parent, suffix=".parquet.tmp")
-    os.close(fd)
-    try:
-        frame.to_parquet(tmp)
-        os.replace(tmp, target)
-    finally:
-        if os.path.exists(tmp):
-            os.unlink(tmp)
-    return target
+    return write_parquet_atomic(frame, target)
 
 
 try:

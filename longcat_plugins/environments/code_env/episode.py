@@ -16,7 +16,6 @@ from __future__ import annotations
 import asyncio
 import atexit
 import math
-import threading
 from dataclasses import dataclass
 from typing import Any
 
@@ -24,6 +23,7 @@ from longcat_plugins.environments.code_env.pool import Slot, WorkspacePool
 from longcat_plugins.environments.code_env.tasks import CodeTask, load_task
 from longcat_plugins.environments.code_env.workspace import Workspace, err
 from longcat_plugins.environments.contract import Outcome, ToolResult
+from longcat_plugins.per_process import PerProcess
 from longcat_plugins.rewards.plain import plain
 from longcat_plugins.rewards.sandbox import Limits, Sandbox
 from longcat_plugins.rewards.sandbox.warm import CodeCase, run_warm, started
@@ -77,34 +77,31 @@ class CodeEnvSettings:
         return Limits(cpu_s=self.test_cpu_s, wall_s=self.test_wall_s, memory_mb=self.test_memory_mb)
 
 
-_pools: dict[CodeEnvSettings, WorkspacePool] = {}
-_tasks: dict[str, CodeTask] = {}
-_lock = threading.Lock()
+_POOLS: PerProcess[CodeEnvSettings, WorkspacePool] = PerProcess()
+_TASKS: PerProcess[str, CodeTask] = PerProcess()
+_pools = _POOLS.values
 
 
 def get_pool(settings: CodeEnvSettings) -> WorkspacePool:
     """The process's pool for ``settings`` (created on first use, closed at exit)."""
-    with _lock:
-        pool = _pools.get(settings)
-        if pool is None:
-            sandbox = Sandbox(
-                settings.isolation,
-                settings.shell_limits(),
-                max_concurrent=settings.pool_size,
-                work_root=settings.work_root or None,
-            )
-            pool = _pools[settings] = WorkspacePool(sandbox, settings.pool_size)
-            atexit.register(pool.close)
+
+    def create() -> WorkspacePool:
+        sandbox = Sandbox(
+            settings.isolation,
+            settings.shell_limits(),
+            max_concurrent=settings.pool_size,
+            work_root=settings.work_root or None,
+        )
+        pool = WorkspacePool(sandbox, settings.pool_size)
+        atexit.register(pool.close)
         return pool
+
+    return _POOLS.get(settings, create)
 
 
 def get_task(task_dir: str) -> CodeTask:
     """The task at ``task_dir``, loaded once per process."""
-    with _lock:
-        task = _tasks.get(task_dir)
-        if task is None:
-            task = _tasks[task_dir] = load_task(task_dir)
-        return task
+    return _TASKS.get(task_dir, lambda: load_task(task_dir))
 
 
 def _schema(name: str, description: str, props: dict[str, Any], required: list[str]) -> dict[str, Any]:

@@ -54,6 +54,17 @@ class Slot:
         return os.path.join(self.dir, "io")
 
 
+def copy_owned(src: str, dst: str, uid: int | None) -> None:
+    """An exact copy of the tree ``src`` at ``dst`` (links kept as links), every entry owned by
+    ``uid`` (the sandbox's user for the workspace; ``None``: left as copied)."""
+    shutil.copytree(src, dst, symlinks=True)
+    if uid is not None:
+        for dirpath, dirnames, filenames in os.walk(dst):
+            os.lchown(dirpath, uid, uid)
+            for name in dirnames + filenames:
+                os.lchown(os.path.join(dirpath, name), uid, uid)
+
+
 @dataclass
 class PoolStats:
     """Counters (for the bench and the leak test)."""
@@ -117,12 +128,7 @@ class WorkspacePool:
         """Make ``slot.ws`` an exact copy of the task's pristine repo, owned by the slot's uid."""
         if os.path.lexists(slot.ws):
             shutil.rmtree(slot.ws)
-        shutil.copytree(os.path.join(task_dir, "repo"), slot.ws, symlinks=True)
-        if slot.uid is not None:
-            for dirpath, dirnames, filenames in os.walk(slot.ws):
-                os.lchown(dirpath, slot.uid, slot.uid)
-                for name in dirnames + filenames:
-                    os.lchown(os.path.join(dirpath, name), slot.uid, slot.uid)
+        copy_owned(os.path.join(task_dir, "repo"), slot.ws, slot.uid)
         os.chmod(slot.ws, 0o700)
         slot.task_dir = task_dir
 

@@ -46,12 +46,6 @@ class MathRewardConfig:
                 raise ValueError(f"{name} must be >= 1, got {getattr(self, name)}")
 
 
-def _settings(overrides: dict[str, Any]) -> MathRewardConfig:
-    from longcat_plugins.host import settings_with_overrides
-
-    return settings_with_overrides("reward", "math", MathRewardConfig, overrides)
-
-
 def verify(
     pred: str, gold: str, config: MathRewardConfig | None = None, timeout_s: float | None = None
 ) -> tuple[str, str]:
@@ -78,7 +72,9 @@ def compute_score(
 
     Raises :class:`~longcat_plugins.rewards.result.RewardSetupError` when the check pool cannot work here.
     """
-    cfg = _settings(kwargs)
+    from longcat_plugins.host import settings_with_overrides  # lazily, as the reward module imports without the host
+
+    cfg = settings_with_overrides("reward", "math", MathRewardConfig, kwargs)
     ground_truth = plain(ground_truth)
     if ground_truth is None or (isinstance(ground_truth, str) and not ground_truth.strip()):
         return invalid(f"math reward: empty ground_truth for data_source {data_source!r}")

@@ -23,9 +23,22 @@ from longcat_plugins.rewards.sandbox.limits import Limits
 #: children write to /dev/null, and results come back over a private pipe)
 MARKER = "\x00LCWARM"
 
+#: Both harnesses end a case the same way: kill its whole process group (it may have forked) and
+#: reap its leader. Each harness runs alone (``python -I -S -c``), so this is prepended to both.
+_KILL_AND_REAP = r"""
+def kill_and_reap(pid):
+    try:
+        os.killpg(pid, signal.SIGKILL)
+    except OSError:
+        pass
+    return os.waitpid(pid, 0)[1]
+"""
+
 #: The harness: argv = per-case wall seconds, per-case CPU seconds, comma-separated modules to
 #: pre-import; stdin = one JSON case per line ({"name", "code"}); stdout = one MARKER line per case.
-HARNESS = r"""
+HARNESS = (
+    _KILL_AND_REAP
+    + r"""
 import json, os, resource, select, signal, sys, time
 sys.path.insert(0, os.getcwd())
 wall, cpu = float(sys.argv[1]), int(sys.argv[2])
@@ -78,11 +91,7 @@ for case in cases:
             break
         buf += chunk
     os.close(r)
-    try:
-        os.killpg(pid, signal.SIGKILL)
-    except OSError:
-        pass
-    _, st = os.waitpid(pid, 0)
+    st = kill_and_reap(pid)
     if b"\n" in buf:
         res = json.loads(buf.split(b"\n", 1)[0])
     elif time.monotonic() >= deadline or os.WIFSIGNALED(st) and os.WTERMSIG(st) in (signal.SIGXCPU, signal.SIGKILL):
@@ -93,6 +102,7 @@ for case in cases:
     out.write("\x00LCWARM" + json.dumps(res) + "\n")
     out.flush()
 """
+)
 
 
 @dataclass(frozen=True)
@@ -202,7 +212,9 @@ async def run_per_process(
 #: SIGKILLs the child's process group, and writes the exit status and the first bytes of stdout
 #: (base64) as one MARKER line. The expected outputs never enter the sandbox: the comparison is
 #: the caller's, outside.
-STDIO_HARNESS = r"""
+STDIO_HARNESS = (
+    _KILL_AND_REAP
+    + r"""
 import binascii, io, json, os, resource, select, signal, sys, time, types
 wall, cpu, fsize, cap, src = float(sys.argv[1]), int(sys.argv[2]), int(sys.argv[3]), int(sys.argv[4]), sys.argv[5]
 out = sys.__stdout__
@@ -296,11 +308,7 @@ for text in inputs:
     pidfd = os.pidfd_open(pid)
     finished = bool(select.select([pidfd], [], [], wall)[0])
     os.close(pidfd)
-    try:
-        os.killpg(pid, signal.SIGKILL)
-    except OSError:
-        pass
-    _, st = os.waitpid(pid, 0)
+    st = kill_and_reap(pid)
     elapsed = time.monotonic() - start
     if not finished:
         status = "time_limit"
@@ -320,6 +328,7 @@ for text in inputs:
     out.write("\x00LCWARM" + json.dumps(res) + "\n")
     out.flush()
 """
+)
 
 COMPILE = MARKER + "-COMPILE"
 

@@ -38,7 +38,7 @@ from collections import deque
 from collections.abc import Callable
 from dataclasses import dataclass
 
-from longcat_plugins.schedulers.core.registry import lookup, registered_names
+from longcat_plugins.schedulers.core.registry import Registry
 
 
 @dataclass(frozen=True)
@@ -61,9 +61,12 @@ class AdmissionContext:
 
 
 AdmissionPolicy = Callable[[AdmissionContext], bool]
+_REGISTRY: Registry[AdmissionPolicy] = Registry("dora_admission", "admission policy")
 #: filled from the host's ``DoraAdmission`` components on lookup (and by :func:`register_admission`);
 #: read it through :func:`admission_policy`
-ADMISSIONS: dict[str, AdmissionPolicy] = {}
+ADMISSIONS: dict[str, AdmissionPolicy] = _REGISTRY.entries
+#: the registering decorator
+register_admission = _REGISTRY.register
 
 
 #: the ``admission`` value that asks no policy (every request starts at once)
@@ -72,7 +75,7 @@ NO_ADMISSION = "none"
 
 def admission_names() -> list[str]:
     """Every valid ``admission`` value: ``none`` and each registered policy, built-in and third-party."""
-    return [NO_ADMISSION, *registered_names("dora_admission", ADMISSIONS)]
+    return [NO_ADMISSION, *_REGISTRY.names()]
 
 
 def admission_policy(name: str) -> AdmissionPolicy:
@@ -80,19 +83,7 @@ def admission_policy(name: str) -> AdmissionPolicy:
     is an error listing the choices."""
     if name == NO_ADMISSION:
         return admit_none
-    return lookup("dora_admission", ADMISSIONS, name, "admission policy")
-
-
-def register_admission(name: str) -> Callable[[AdmissionPolicy], AdmissionPolicy]:
-    """Register ``fn`` as admission policy ``name``; a second registration of a name is an error."""
-
-    def decorate(fn: AdmissionPolicy) -> AdmissionPolicy:
-        if name in ADMISSIONS:
-            raise ValueError(f"admission policy {name!r} is already registered ({ADMISSIONS[name]!r})")
-        ADMISSIONS[name] = fn
-        return fn
-
-    return decorate
+    return _REGISTRY.get(name)
 
 
 def batches_left(version: int, staleness: int, next_batch_step: int) -> int:

@@ -29,7 +29,7 @@ from __future__ import annotations
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 
-from longcat_plugins.schedulers.core.registry import lookup, registered_names
+from longcat_plugins.schedulers.core.registry import Registry
 from longcat_plugins.schedulers.core.types import Migration
 
 
@@ -44,31 +44,12 @@ class BalanceContext:
 
 
 Balancer = Callable[[BalanceContext], list[Migration]]
+_REGISTRY: Registry[Balancer] = Registry("dora_balancer", "balancer")
 #: filled from the host's ``DoraBalancer`` components on lookup, kept in line by the verl bridge (and by
 #: :func:`register_balancer`); read it through :func:`balancer`
-BALANCERS: dict[str, Balancer] = {}
-
-
-def balancer_names() -> list[str]:
-    """Every registered balancer, built-in and third-party, sorted."""
-    return registered_names("dora_balancer", BALANCERS)
-
-
-def balancer(name: str) -> Balancer:
-    """The balancer strategy registered as ``name``; an unknown name is an error listing the choices."""
-    return lookup("dora_balancer", BALANCERS, name, "balancer")
-
-
-def register_balancer(name: str) -> Callable[[Balancer], Balancer]:
-    """Register ``fn`` as balancer strategy ``name``; a second registration of a name is an error."""
-
-    def decorate(fn: Balancer) -> Balancer:
-        if name in BALANCERS:
-            raise ValueError(f"balancer {name!r} is already registered ({BALANCERS[name]!r})")
-        BALANCERS[name] = fn
-        return fn
-
-    return decorate
+BALANCERS: dict[str, Balancer] = _REGISTRY.entries
+#: every registered balancer, sorted; the strategy registered as a name; the registering decorator
+balancer_names, balancer, register_balancer = _REGISTRY.names, _REGISTRY.get, _REGISTRY.register
 
 
 def load_spread(loads: Mapping[str, tuple[str, ...]], cap: int) -> float:

@@ -13,8 +13,8 @@ directly (``register_eviction_policy``) count too.
 
 from __future__ import annotations
 
-from collections.abc import MutableMapping
-from typing import Any, TypeVar
+from collections.abc import Callable, MutableMapping
+from typing import Any, Generic, TypeVar
 
 T = TypeVar("T")
 
@@ -43,3 +43,31 @@ def lookup(kind: str, registry: MutableMapping[str, T], name: str, what: str) ->
         raise TypeError(f"{what} {name!r} from plugin {comp.plugin!r}: {target!r} is not callable")
     registry[name] = target
     return target
+
+
+class Registry(Generic[T]):
+    """One family of named core policies: its dict (``entries``), filled from the host's
+    components of ``kind`` on lookup and by :meth:`register`; ``what`` names it in errors."""
+
+    def __init__(self, kind: str, what: str) -> None:
+        self.kind, self.what = kind, what
+        self.entries: dict[str, T] = {}
+
+    def names(self) -> list[str]:
+        """Every registered name, built-in and third-party, sorted."""
+        return registered_names(self.kind, self.entries)
+
+    def get(self, name: str) -> T:
+        """The policy registered as ``name``; an unknown name is an error listing the choices."""
+        return lookup(self.kind, self.entries, name, self.what)
+
+    def register(self, name: str) -> Callable[[T], T]:
+        """Decorator: register ``fn`` as ``name``; a second registration of a name is an error."""
+
+        def decorate(fn: T) -> T:
+            if name in self.entries:
+                raise ValueError(f"{self.what} {name!r} is already registered ({self.entries[name]!r})")
+            self.entries[name] = fn
+            return fn
+
+        return decorate

@@ -30,7 +30,7 @@ from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
 
 from longcat_plugins.schedulers.core.queue import is_fresh
-from longcat_plugins.schedulers.core.registry import lookup, registered_names
+from longcat_plugins.schedulers.core.registry import Registry
 
 
 @dataclass(frozen=True)
@@ -47,19 +47,12 @@ class EvictionContext:
 
 
 EvictionPolicy = Callable[[EvictionContext], Iterable[int]]
+_REGISTRY: Registry[EvictionPolicy] = Registry("dora_eviction_policy", "eviction policy")
 #: filled from the host's ``DoraEvictionPolicy`` components on lookup, kept in line by the verl bridge (and by
 #: :func:`register_eviction_policy`); read it through :func:`eviction_policy`
-EVICTION_POLICIES: dict[str, EvictionPolicy] = {}
-
-
-def eviction_policy_names() -> list[str]:
-    """Every registered eviction policy, built-in and third-party, sorted."""
-    return registered_names("dora_eviction_policy", EVICTION_POLICIES)
-
-
-def eviction_policy(name: str) -> EvictionPolicy:
-    """The eviction policy registered as ``name``; an unknown name is an error listing the choices."""
-    return lookup("dora_eviction_policy", EVICTION_POLICIES, name, "eviction policy")
+EVICTION_POLICIES: dict[str, EvictionPolicy] = _REGISTRY.entries
+#: every registered eviction policy, sorted; the policy registered as a name; the registering decorator
+eviction_policy_names, eviction_policy, register_eviction_policy = _REGISTRY.names, _REGISTRY.get, _REGISTRY.register
 
 
 def evicted_versions(name: str, ctx: EvictionContext) -> list[int]:
@@ -72,18 +65,6 @@ def evicted_versions(name: str, ctx: EvictionContext) -> list[int]:
         if v not in ctx.live:
             raise ValueError(f"eviction policy {name!r} evicted {v}, which is not live {list(ctx.live)}")
     return evicted
-
-
-def register_eviction_policy(name: str) -> Callable[[EvictionPolicy], EvictionPolicy]:
-    """Register ``fn`` as eviction policy ``name``; a second registration of a name is an error."""
-
-    def decorate(fn: EvictionPolicy) -> EvictionPolicy:
-        if name in EVICTION_POLICIES:
-            raise ValueError(f"eviction policy {name!r} is already registered ({EVICTION_POLICIES[name]!r})")
-        EVICTION_POLICIES[name] = fn
-        return fn
-
-    return decorate
 
 
 def staleness_window(ctx: EvictionContext) -> list[int]:
