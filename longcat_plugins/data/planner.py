@@ -22,7 +22,6 @@ import math
 import random
 from collections import Counter
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
@@ -34,47 +33,9 @@ from longcat_plugins.data.oversampling import group_sizes, oversampling_coeffici
 from longcat_plugins.data.replay import BatchChoice, GroupRef, ReplayBuffer, choose_batch
 from longcat_plugins.data.settings import DataSettings
 from longcat_plugins.data.stats import TaskStats
-from longcat_plugins.data.strategy import PlanningStrategy
+from longcat_plugins.data.strategy import Candidate, GroupResult, PlanningStrategy, RowPlan  # noqa: F401 (re-exported)
 
 PREFIX = "longcat/data"
-
-
-@dataclass(frozen=True)
-class Candidate:
-    """One prompt drawn from the dataloader: its task id, domain, capability stage, historical pass rate."""
-
-    task: str
-    domain: str = ""
-    stage: str | None = None
-    historical: float | None = None
-
-
-@dataclass(frozen=True)
-class RowPlan:
-    """One prompt row to submit: candidate ``row`` as group ``group`` of its task, ``rollouts`` samples."""
-
-    row: int
-    task: str
-    domain: str
-    group: int
-    rollouts: int
-    max_tokens: int | None
-
-    @property
-    def group_id(self) -> str:
-        """The ``longcat_group`` id: the task and the copy (A5)."""
-        return f"{self.task}#{self.group}"
-
-
-@dataclass(frozen=True)
-class GroupResult:
-    """A trained group: its task, copy, rewards and generated lengths."""
-
-    task: str
-    group: int
-    rewards: list[float | None]
-    lengths: list[int]
-    replayed: bool = False
 
 
 class DataPlanner:

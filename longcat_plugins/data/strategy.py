@@ -21,10 +21,49 @@ the ``register_schedulers`` hook and selected by name in
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
-from typing import TYPE_CHECKING, Any, ClassVar
+from dataclasses import dataclass
+from typing import Any, ClassVar
 
-if TYPE_CHECKING:
-    from longcat_plugins.data.planner import Candidate, GroupResult, RowPlan
+# what a strategy is shown and returns (the planner builds and reads them)
+
+
+@dataclass(frozen=True)
+class Candidate:
+    """One prompt drawn from the dataloader: its task id, domain, capability stage, historical pass rate."""
+
+    task: str
+    domain: str = ""
+    stage: str | None = None
+    historical: float | None = None
+
+
+@dataclass(frozen=True)
+class RowPlan:
+    """One prompt row to submit: candidate ``row`` as group ``group`` of its task, ``rollouts`` samples."""
+
+    row: int
+    task: str
+    domain: str
+    group: int
+    rollouts: int
+    max_tokens: int | None
+
+    @property
+    def group_id(self) -> str:
+        """The ``longcat_group`` id: the task and the copy (A5)."""
+        return f"{self.task}#{self.group}"
+
+
+@dataclass(frozen=True)
+class GroupResult:
+    """A trained group: its task, copy, rewards and generated lengths."""
+
+    task: str
+    group: int
+    rewards: list[float | None]
+    lengths: list[int]
+    replayed: bool = False
+
 
 KIND = "data_strategy"
 #: the trainers whose planner runs strategies
