@@ -671,6 +671,10 @@ class DoraTrainer(PPOTrainerSeparateAsync):
             from longcat_plugins.schedulers.vllm_server import DoraVLLMReplica
 
             LLMServerManager.rollout_replica_class = DoraVLLMReplica  # type: ignore[attr-defined]
+        # the balancer's process starts now, while verl starts the checkpoint engine and the
+        # replicas (each actor's process is seconds of imports: on the lent H100 15-25 s, and verl
+        # starts them one after another); it gets its servers once they exist
+        balancer = self._spawn_load_balancer() if self.dora.load_balancer == "dora" else None
         try:
             super()._setup()
         finally:
@@ -682,8 +686,8 @@ class DoraTrainer(PPOTrainerSeparateAsync):
                 actor_wg=self.actor_rollout_wg,
                 replicas=self.standalone_server_manager.get_replicas(),
             )
-        if self.dora.load_balancer == "dora":
-            self._install_load_balancer()
+        if balancer is not None:
+            self._install_load_balancer(balancer)
             if self._stop_requests() and not self.dora.single_version_replicas:  # multi-version: keep the window
                 manager = self.standalone_server_manager
                 ray.get([h.set_staleness.remote(self.dora.staleness) for h in manager.server_handles])
@@ -713,24 +717,31 @@ class DoraTrainer(PPOTrainerSeparateAsync):
             staleness=self.dora.staleness,
         )
 
-    def _install_load_balancer(self) -> None:
-        """Route through :class:`DoraLoadBalancer` (S3's two-phase cap).
-
-        ``separate_async`` builds its standalone ``LLMServerManager`` inside ``_setup`` without a
-        ``load_balancer_cls`` argument, so the router verl made is replaced here, before any
-        client exists (``main_ppo`` asks for the client after construction). That one router
-        serves both groups: the hybrid (elastic) replicas are added to the standalone manager's
-        balancer, and the hybrid manager's own router is never asked for a server."""
-        manager = self.standalone_server_manager
-        servers = dict(zip(manager.server_addresses, manager.server_handles, strict=True))
-        previous = manager.global_load_balancer
-        manager.global_load_balancer = create_dora_load_balancer(
-            servers,
+    def _spawn_load_balancer(self) -> Any:
+        """A :class:`DoraLoadBalancer` actor with no servers yet (:meth:`_install_load_balancer`
+        gives it the standalone replicas)."""
+        return create_dora_load_balancer(
+            {},
             self.dora.balancer_config(),
             stop_requests=self._stop_requests(),
             staleness=self.dora.staleness,
             length_momentum=self.dora.length_momentum,
         )
+
+    def _install_load_balancer(self, balancer: Any) -> None:
+        """Route through :class:`DoraLoadBalancer` (S3's two-phase cap).
+
+        ``separate_async`` builds its standalone ``LLMServerManager`` inside ``_setup`` without a
+        ``load_balancer_cls`` argument, so the router verl made is replaced here by ``balancer``
+        (spawned before verl's setup), before any client exists (``main_ppo`` asks for the client
+        after construction). That one router serves both groups: the hybrid (elastic) replicas
+        are added to the standalone manager's balancer, and the hybrid manager's own router is
+        never asked for a server."""
+        manager = self.standalone_server_manager
+        servers = dict(zip(manager.server_addresses, manager.server_handles, strict=True))
+        previous = manager.global_load_balancer
+        ray.get(balancer.add_servers.remote(servers))
+        manager.global_load_balancer = balancer
         ray.kill(previous)
         self.add_replicas_to_balancer()  # no-op without hybrid replicas; verl added them to the old one
         # a dead replica is dropped between requests, not only when a request to it fails
