@@ -226,6 +226,8 @@ def train_agent(
 
 #: a hermes call as the agent loop's prompt asks for it, in a dumped generation's text
 TOOL_CALL = re.compile(r"<tool_call>(.*?)</tool_call>", re.DOTALL)
+#: the start of a tool's answer after a call (the tool warm start's template: ``<|tool|>`` + the body)
+TOOL_ANSWER = re.compile(r"</tool_call><\|tool\|>(.{0,12})", re.DOTALL)
 
 
 @pytest.mark.slow
@@ -256,17 +258,18 @@ def test_tool_agent_on_vllm(tool_warm32: WarmStart, tmp_path: Path, ray_tmp: Pat
     assert val["longcat_reward_valid"] == 1.0
     assert val["env_tool_calls"] >= 1.0, val  # parsed by verl's hermes parser and run in the episode
     assert val["env_format_score"] > 0.3, val  # to a tool the environment has, arguments valid for its schema
-    assert val["env_tool_calls"] > val["env_tool_errors"], val  # and some call succeeded in the environment
     assert val["env_turns"] >= 2.0, val  # the model went on after the tool's result
-    # the trace: calls in the model's own text, each to a tool its prompt lists, the tool's answer after it
+    # the trace: the model's own first turn of each sample is a hermes call (JSON, a name and an
+    # arguments object) to a tool its prompt lists; after it, the tool's answer
     rows = [json.loads(line) for f in sorted((tmp_path / "val").glob("*.jsonl")) for line in f.read_text().splitlines()]
-    calls = [(row, body) for row in rows for body in TOOL_CALL.findall(row["output"])]
-    assert calls, [row["output"][:300] for row in rows]
-    parsed = [(row, json.loads(body)) for row, body in calls if _json_object(body)]
-    assert len(parsed) >= len(rows) // 2, [body for _, body in calls]
-    for row, call in parsed:
-        assert isinstance(call["arguments"], dict) and call["name"] in row["input"], call
-    print(f"tool agent on vLLM: {len(parsed)} calls in {len(rows)} validation samples, e.g. {parsed[0][1]}; {val}")
+    firsts = [(row, TOOL_CALL.match(row["output"])) for row in rows]
+    called = [(row, json.loads(m.group(1))) for row, m in firsts if m and _json_object(m.group(1))]
+    called = [(row, call) for row, call in called if call["name"] in row["input"]]
+    assert len(called) >= len(rows) // 2, [row["output"][:300] for row in rows]
+    # and the environment accepted some: a tool's answer that is not an error (a record, a search's items)
+    answers = [a for row in rows for a in TOOL_ANSWER.findall(row["output"])]
+    assert any(not a.startswith('{"error"') for a in answers), answers
+    print(f"tool agent on vLLM: {len(called)} of {len(rows)} validation samples open with a call, e.g. {called[0][1]}")
 
 
 def _json_object(text: str) -> bool:
