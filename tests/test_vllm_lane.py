@@ -2,8 +2,8 @@
 every recipe family the GPU users run. Runs in ``.venv-vllm`` (``bash scripts/setup-cpu.sh
 --vllm``) as ``.venv-vllm/bin/python -m pytest -m vllm``; skipped elsewhere (conftest).
 
-The model is ``tiny32`` (CPU vLLM needs a head size of at least 32); the warm start is built once
-in the asset cache and shared by every test here.
+The model is ``tiny32`` (CPU vLLM needs a head size of at least 32); its warm starts (arithmetic,
+and the tool agent's ``tool_warmstart.LANE_PLAN``) are built once in the asset cache and reused.
 """
 
 from __future__ import annotations
