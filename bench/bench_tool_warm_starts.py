@@ -14,7 +14,12 @@ and play the held-out tasks in-process (:func:`longcat_plugins.learning.tool_pro
 A candidate is ``size:sft_steps:train_envs[:sp][:te][:rvN][:vpN][:hdN][:scF]`` (``sp``: ``space_tokens``; ``te``:
 ``tie_embeddings``; ``rvN``: ``revalued=N``; ``vpN``: ``value_pool=N``, one-token values; ``hdN``:
 ``hidden_size=N``; ``scF``: ``shortcuts=F``, stop-early twins, e.g. ``sc1`` or ``sc0.5``);
-the other plan values are ``WarmStartPlan``'s defaults.
+the other plan values are ``WarmStartPlan``'s defaults. The candidate ``lane`` is the vLLM lane's
+plan, ``tool_warmstart.LANE_PLAN`` (its build time, on a fresh ``--cache-dir``, is what the lane adds
+once per cache)::
+
+    .venv-vllm/bin/python bench/bench_tool_warm_starts.py --candidates lane \
+        --cache-dir $(mktemp -d) --out bench/results/tool_warm_start_lane.json
 ``build_s`` is the time of the (cached) build: near 0 when the candidate was already built.
 """
 
@@ -36,9 +41,11 @@ OUT = Path(__file__).resolve().parent / "results" / "tool_warm_starts.json"
 
 
 def parse_candidate(spec: str) -> WarmStartPlan:
-    """The plan a ``size:sft_steps:train_envs[:sp][:te][:rvN][:vpN][:hdN][:scF]`` candidate names."""
-    from longcat_plugins.learning.tool_warmstart import WarmStartPlan
+    """The plan a ``size:sft_steps:train_envs[:sp][:te][:rvN][:vpN][:hdN][:scF]`` candidate (or ``lane``) names."""
+    from longcat_plugins.learning.tool_warmstart import LANE_PLAN, WarmStartPlan
 
+    if spec == "lane":
+        return LANE_PLAN
     size, steps, envs, *flags = spec.split(":")
     unknown = [
         f
@@ -95,7 +102,7 @@ def main() -> None:
     parser.add_argument(
         "--candidates",
         default="tiny:400:400",
-        help="comma-separated size:sft_steps:train_envs[:sp][:te][:rvN][:vpN][:hdN][:scF]",
+        help="comma-separated size:sft_steps:train_envs[:sp][:te][:rvN][:vpN][:hdN][:scF], or lane",
     )
     parser.add_argument("--n", type=int, default=4, help="sampled episodes per task")
     parser.add_argument("--sampled-tasks", type=int, default=10)

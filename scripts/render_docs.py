@@ -506,6 +506,31 @@ def warm_starts(d: dict[str, Any]) -> list[str]:
     return out
 
 
+def tool_warm_start_lane(d: dict[str, Any]) -> list[str]:
+    """The vLLM lane's tool warm start (docs/runtime.md): its build and what it does greedily and sampled."""
+    out = header(
+        "plan", "SFT rows", "build", "greedy: well-formed call", "right tool", "right arguments", "success",
+        "sampled: well-formed call", "right tool",
+    )  # fmt: skip
+    for c in d["candidates"]:
+        p, g, s = c["plan"], c["greedy"], c["sampled"]
+        plan = f"`{p['size']}`, {p['train_envs']} environments, {p['sft_steps']} updates"
+        out.append(
+            row(
+                plan,
+                c["sft_rows"],
+                f"{c['build_s']:.0f} s",
+                pct(g["well_formed"]),
+                pct(g["right_tool"]),
+                pct(g["right_args"]),
+                pct(g["success"]),
+                pct(s["well_formed"]),
+                pct(s["right_tool"]),
+            )
+        )
+    return out
+
+
 # --- archive/fusion.json (docs/fusion.md) -------------------------------------------------------
 
 
@@ -956,6 +981,7 @@ TABLES: dict[str, tuple[str, Renderer]] = {
     "tool_selection": ("bench/results/archive/tool_selection.json", tool_selection),
     "tool_graphs": ("longcat_plugins/environments/domains", tool_graphs),
     "warm_starts": ("bench/results/archive/warm_starts.json", warm_starts),
+    "tool_warm_start_lane": ("bench/results/tool_warm_start_lane.json", tool_warm_start_lane),
     "fusion": ("bench/results/archive/fusion.json", fusion),
     "heavy_thinking": ("bench/results/archive/heavy_thinking.json", heavy_thinking),
     "code_env_episodes": ("bench/results/archive/code_env.json", code_env_episodes),

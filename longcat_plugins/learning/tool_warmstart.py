@@ -169,6 +169,15 @@ DEMO_PLAN = WarmStartPlan(
 )
 
 
+#: the vLLM lane's tool warm start (``tests/test_vllm_lane.py``): the cheapest plan found whose model
+#: writes hermes calls the environment can run, for ``tiny32`` (the size CPU vLLM serves). 300 SFT
+#: updates on the golden trajectories of 60 environments: greedily, every first turn on its held-out
+#: tasks is a well-formed call to the golden first tool, whose values it does not copy (it solves
+#: nothing): ``bench/bench_tool_warm_starts.py --candidates lane``. (A first try, 150 updates on 40
+#: environments, wrote well-formed calls to tools the environments do not have: one probe, not recorded)
+LANE_PLAN = WarmStartPlan(size="tiny32", train_envs=60, val_envs=4, sft_steps=300)
+
+
 def demo_plan(size: str) -> WarmStartPlan:
     """:data:`DEMO_PLAN` at ``size`` (above ``tiny`` at the size's own width: not measured there)."""
     return DEMO_PLAN if size == DEMO_PLAN.size else replace(DEMO_PLAN, size=size, hidden_size=0)

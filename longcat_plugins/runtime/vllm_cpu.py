@@ -171,11 +171,23 @@ def fix_layerwise_reload(module: ModuleType) -> None:
             # verl's last step: the layer-wise reload repacks each layer exactly once here
             finalize_layerwise_reload(model, model_config)
 
+        update = self._update_weights
+
+        def update_detached(weights: list[tuple[str, Any]], *a: Any, **kw: Any) -> Any:
+            # the receiver's tensors are views into its one shared-memory bucket, which the next
+            # bucket overwrites and which is closed after the last; the layer-wise reload keeps a
+            # layer's weights until the layer is complete, and a layer vLLM padded (a vocabulary
+            # that is not a multiple of its padding) is complete only in finalize: without copies
+            # the close fails ('cannot close exported pointers exist') and the sync never ends
+            return update([(name, tensor.clone()) for name, tensor in weights], *a, **kw)
+
         loader_utils.process_weights_after_loading = finalize
+        self._update_weights = update_detached
         try:
             return original(self, peft_config, *args, **kwargs)
         finally:
             loader_utils.process_weights_after_loading = process_after
+            del self._update_weights
 
     update_weights_from_ipc.__longcat_fixed__ = True  # type: ignore[attr-defined]
     cls.update_weights_from_ipc = update_weights_from_ipc
