@@ -235,9 +235,12 @@ def test_component_settings_come_from_the_host_and_bad_values_raise() -> None:
     """A reward reads ``longcat.settings`` through the host; a bad value is an error naming the
     key path, never a silent fall back to the defaults."""
     from longcat_plugins.config import ConfigError
-    from longcat_plugins.host import Host, set_host
-    from longcat_plugins.rewards.math import MathRewardConfig, _settings
+    from longcat_plugins.host import Host, set_host, settings_with_overrides
+    from longcat_plugins.rewards.math import MathRewardConfig
     from longcat_plugins.selection import Rule, Selection
+
+    def _settings(kwargs: dict) -> MathRewardConfig:  # what the math reward's compute_score reads
+        return settings_with_overrides("reward", "math", MathRewardConfig, kwargs)
 
     good = Host(Selection(settings={"reward": {"math": {"timeout_s": 2.5}}})).load()
     bad = Host(Selection(settings={"reward": {"math": {"timeout_s": "soon"}}})).load()
