@@ -56,6 +56,7 @@ class DoraVLLMServer(vLLMHttpServer):
             )
         prefix = [int(t) for t in dora_prefix or []]
         if prefix:
+            self.dora_stats["continued"] += 1
             params = dict(sampling_params)
             max_tokens = params.pop("max_tokens", params.pop("max_new_tokens", None))
             if max_tokens is None:
@@ -73,7 +74,6 @@ class DoraVLLMServer(vLLMHttpServer):
                 )
             params["max_tokens"] = budget
             sampling_params, prompt_ids = params, [int(t) for t in prompt_ids] + prefix
-            self.dora_stats["continued"] += 1
         output = await super().generate(prompt_ids, sampling_params, request_id, *args, **kwargs)
         reason = self._stopping.pop(request_id, None)
         if reason is not None and output.stop_reason == "aborted":
