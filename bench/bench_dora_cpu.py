@@ -55,6 +55,7 @@ from typing import Any
 import numpy as np
 
 from longcat_plugins.learning.assets import ensure_assets
+from longcat_plugins.runtime.fast_start import ENV_PRELOAD
 from longcat_plugins.runtime.launch import configs_dir, run_training
 from longcat_plugins.schedulers.workload import AGENT_NAME, ENV_TRACE, write_skewed_dataset
 
@@ -270,6 +271,11 @@ def main() -> None:
         "--set", nargs="*", default=[], metavar="KEY=VALUE", help="extra Hydra overrides for every run (recorded)"
     )
     parser.add_argument("--tag", default="", help="suffix of every run's name in the results (an A/B variant)")
+    parser.add_argument(
+        "--preload",
+        default="",
+        help="LONGCAT_RAY_PRELOAD of every run: modules Ray's prestarted workers import ahead (1: verl's main_ppo)",
+    )
     args = parser.parse_args()
     seeds = [int(s) for s in args.seeds.split(",") if s.strip()]
     known = runs(args.long_tokens)
@@ -350,7 +356,7 @@ def main() -> None:
                     *args.set,
                 ],
                 run_dir,
-                env={"LONGCAT_DORA_TRACE": str(dora_trace), ENV_TRACE: str(workload_trace)},
+                env={"LONGCAT_DORA_TRACE": str(dora_trace), ENV_TRACE: str(workload_trace), ENV_PRELOAD: args.preload},
                 on_line=on_line,
             )
             elapsed = time.perf_counter() - start
@@ -368,7 +374,7 @@ def main() -> None:
                     f"{SAMPLES_PER_STEP * args.steps} trained samples; see {run_dir}"
                 )
             record = {"device": args.device, "seed": seed} | summarise(name, result.steps, elapsed, trained, generated)
-            record["startup"] = startup_phases(timed, result.steps)
+            record["startup"] = startup_phases(timed, result.steps) | {"ray_preload": args.preload}
             if args.tag or args.set:  # a variant: compared with the sync run of the same tag
                 record |= {"run": name + args.tag, "tag": args.tag, "overrides": list(args.set)}
             results.append(record)

@@ -73,6 +73,13 @@ class LongcatCallback(Callback):
         if OmegaConf.select(task_cfg, "trainer.device", default=None) == "cpu" and cpu_runtime_requested() is None:
             # asked for by config: every Ray worker this driver starts inherits the choice
             os.environ[ENV_RUNTIME] = "cpu"
+        from longcat_plugins.runtime import fast_start
+
+        try:
+            fast_start.preload_modules(os.environ.get(fast_start.ENV_PRELOAD))
+        except ValueError as exc:
+            print(f"longcat-plugins: {exc}", file=sys.stderr)
+            raise SystemExit(2) from exc
         problems, host = validate_config(plain, cpu_preflight=cpu_runtime_active())
         if problems:
             # Hydra turns exceptions raised by callbacks into warnings and runs the job anyway;
@@ -87,6 +94,9 @@ class LongcatCallback(Callback):
             # only then: a job runtime_env with env_vars keeps Ray from reusing its prestarted
             # workers, and workers of a cluster this driver starts inherit its environment anyway
             install_runtime_env_hook()
+        else:
+            # the cluster this driver starts: verl's env_vars travel through that environment too
+            fast_start.install()
         set_host(host)
         from longcat_plugins.verl_bridge import bridge
 
