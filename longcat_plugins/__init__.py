@@ -1,6 +1,7 @@
 """longcat-plugins: the LongCat-Flash-Thinking RL system as verl plugins.
 
-Public API: the ``hookimpl`` marker, the component descriptors, the process-wide host, and
+Public API: the ``hookimpl`` marker, the component descriptors (``components.__all__``: the
+types, their ``COMPONENT_TYPES`` table, ``ComponentImportError``), the process-wide host, and
 ``settings_for`` (how a component reads its ``longcat.settings``). Importing this package
 never imports verl.
 """

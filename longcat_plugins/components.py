@@ -605,3 +605,4 @@ COMPONENT_TYPES: dict[Family, tuple[type[Component], ...]] = {
 for _family, _types in COMPONENT_TYPES.items():
     for _type in _types:
         _type.family = _family
+del _family, _types, _type
