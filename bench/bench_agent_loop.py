@@ -13,7 +13,6 @@ from __future__ import annotations
 
 import argparse
 import asyncio
-import json
 import platform
 import shutil
 import sys
@@ -23,6 +22,8 @@ from pathlib import Path
 from typing import Any
 
 from provenance import provenance, stamp  # bench/provenance.py: the record every bench writes
+
+from longcat_plugins.atomic import write_json_atomic
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests"))
 
@@ -83,11 +84,8 @@ def main() -> None:
 
     shutil.rmtree(work, ignore_errors=True)
     out = Path(__file__).resolve().parent / "results" / "agent_loop.json"
-    out.parent.mkdir(parents=True, exist_ok=True)
     payload = stamp({"machine": platform.platform(), "python": platform.python_version(), "results": results}, origin)
-    tmp = out.with_suffix(".json.tmp")
-    tmp.write_text(json.dumps(payload, indent=1))
-    tmp.replace(out)
+    write_json_atomic(out, payload, indent=1)
     print(f"wrote {out}")
 
 

@@ -39,6 +39,8 @@ from options import choice_list, seed_list
 from provenance import earlier, provenance, stamp  # bench/provenance.py: the record every bench writes
 from training_run import seeded_run, train_or_raise, validated_steps
 
+from longcat_plugins.atomic import write_json_atomic
+
 S = "+longcat.settings.scheduler.longcat_data"
 MODES = ("baseline", "selfverify")
 #: data.max_prompt_length: the warm start's longest verification prompt is 34 tokens
@@ -166,10 +168,7 @@ def main() -> None:
                 f"(first step {r['verify_first']}, last {r['verify_last']})",
                 flush=True,
             )
-            out.parent.mkdir(parents=True, exist_ok=True)
-            tmp = out.with_suffix(".json.tmp")
-            tmp.write_text(json.dumps(stamp({"runs": runs}, origin, kept), indent=2) + "\n")
-            tmp.replace(out)
+            write_json_atomic(out, stamp({"runs": runs}, origin, kept), indent=2)
     shutil.rmtree(work, ignore_errors=True)
     print(f"wrote {out}")
 

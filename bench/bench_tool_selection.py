@@ -26,6 +26,8 @@ from pathlib import Path
 from options import seed_list
 from provenance import earlier, provenance, stamp  # bench/provenance.py: the record every bench writes
 
+from longcat_plugins.atomic import write_json_atomic
+
 LOOP = "++longcat.settings.environment.longcat_tool_agent"
 #: the warm start's budgets (``tool_warmstart.warm_overrides``): prompts and turns it was trained on
 WARM = [
@@ -104,10 +106,7 @@ def main() -> None:
             f"kept {r['kept']}/{r['tasks']} ({r['wall_s']} s)",
             flush=True,
         )
-        out.parent.mkdir(parents=True, exist_ok=True)
-        tmp = out.with_suffix(".json.tmp")
-        tmp.write_text(json.dumps(stamp({"runs": runs}, origin, kept), indent=2) + "\n")
-        tmp.replace(out)
+        write_json_atomic(out, stamp({"runs": runs}, origin, kept), indent=2)
     print(f"wrote {out}")
 
 

@@ -11,7 +11,7 @@ import click
 from rich.table import Table
 
 from longcat_plugins import __version__
-from longcat_plugins.console import console, err_console, esc
+from longcat_plugins.console import console, err_console, esc, progress_bar
 from longcat_plugins.host import Host, set_host
 from longcat_plugins.learning.demos import RECIPES as DEMO_RECIPES
 from longcat_plugins.learning.demos import TOOL_WARM_DEMO_STEPS, WARM_DEMO_STEPS
@@ -503,8 +503,6 @@ def _train(config: str, overrides: list[str], out: str | None, steps: int | None
     import time
     from pathlib import Path
 
-    from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
-
     from longcat_plugins.runtime.launch import (
         STEP_LINE,
         TOTAL_LINE,
@@ -525,13 +523,7 @@ def _train(config: str, overrides: list[str], out: str | None, steps: int | None
         steps = planned_steps(recipe, overrides)
     tail: list[str] = []
     name = esc(recipe.stem)
-    with Progress(
-        TextColumn("{task.description}"),
-        BarColumn(),
-        TextColumn("{task.completed}{task.fields[of]} steps"),
-        TimeElapsedColumn(),
-        console=console,
-    ) as progress:
+    with progress_bar("{task.completed}{task.fields[of]} steps", on=console) as progress:
         task = progress.add_task(f"{name}: starting Ray and workers", total=steps, of=f"/{steps}" if steps else "")
 
         def on_line(line: str) -> None:

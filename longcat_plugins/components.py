@@ -34,6 +34,7 @@ __all__ = [
     "DoraEvictionPolicy",
     "DoraBalancer",
     "DoraAdmission",
+    "DataStrategy",
     "FusionMethod",
     "COMPONENT_TYPES",
     "ComponentImportError",
@@ -109,6 +110,7 @@ class Component:
         plugin, distribution: filled in by the host; leave them empty.
     """
 
+    #: set from :data:`COMPONENT_TYPES`, the one table of which family holds which type
     family: ClassVar[Family]
     kind: ClassVar[str]
     #: where verl finds it, for humans (``longcat-plugins list``) and docs
@@ -241,7 +243,6 @@ class PolicyLoss(Component):
         PolicyLoss("clipped_reinforce", clipped_reinforce, config=ClippedConfig)
     """
 
-    family: ClassVar[Family] = Family.ALGORITHM
     kind: ClassVar[str] = "policy_loss"
     verl_entry: ClassVar[str] = "core_algos.POLICY_LOSS_REGISTRY (actor.policy_loss.loss_mode)"
 
@@ -255,7 +256,6 @@ class AdvantageEstimator(Component):
     Its ``config`` dataclass is read with :func:`longcat_plugins.settings_for` from
     ``longcat.settings.algorithm.<name>``."""
 
-    family: ClassVar[Family] = Family.ALGORITHM
     kind: ClassVar[str] = "adv_estimator"
     verl_entry: ClassVar[str] = "core_algos.ADV_ESTIMATOR_REGISTRY (algorithm.adv_estimator)"
 
@@ -290,7 +290,6 @@ class RewardManager(Component):
         RewardManager("length_penalty", LengthPenalty, config=LengthPenaltyConfig)
     """
 
-    family: ClassVar[Family] = Family.REWARD
     kind: ClassVar[str] = "reward_manager"
     verl_entry: ClassVar[str] = "reward_loop REWARD_MANAGER (reward.reward_manager.name)"
 
@@ -314,7 +313,6 @@ class RewardFunction(Component):
         RewardFunction("exact", exact, config=ExactConfig)
     """
 
-    family: ClassVar[Family] = Family.REWARD
     kind: ClassVar[str] = "reward_function"
     verl_entry: ClassVar[str] = "reward.custom_reward_function (pkg://longcat_plugins.reward_functions)"
 
@@ -326,7 +324,6 @@ class ValidationMetric(Component):
     sample_uids, reward_extra_infos_dict, settings, expected_counts) -> {key: value}``; an optional
     ``target.check_config(cfg)`` checks the recipe before Ray starts."""
 
-    family: ClassVar[Family] = Family.REWARD
     kind: ClassVar[str] = "val_metric"
     verl_entry: ClassVar[str] = "trainer _val_metrics_update (validation, val_kwargs.n)"
 
@@ -338,7 +335,6 @@ class RewardGuard(Component):
     above ``longcat.settings.reward.failures.max_failed_share``; disabling it keeps the counting
     and the masking but never stops a run."""
 
-    family: ClassVar[Family] = Family.REWARD
     kind: ClassVar[str] = "reward_guard"
     verl_entry: ClassVar[str] = "trainer step, before the advantages (every recipe)"
 
@@ -373,7 +369,6 @@ class AgentLoop(Component):
         AgentLoop("echo_once", EchoOnce)
     """
 
-    family: ClassVar[Family] = Family.ENVIRONMENT
     kind: ClassVar[str] = "agent_loop"
     verl_entry: ClassVar[str] = "agent_loop._agent_loop_registry (agent_name)"
 
@@ -382,7 +377,6 @@ class AgentLoop(Component):
 class Tool(Component):
     """A verl ``BaseTool`` subclass, named by ``class_name`` in a ``multi_turn.tool_config_path`` file."""
 
-    family: ClassVar[Family] = Family.ENVIRONMENT
     kind: ClassVar[str] = "tool"
     verl_entry: ClassVar[str] = "multi_turn.tool_config_path (class_name)"
 
@@ -406,7 +400,6 @@ class Trainer(Component):
         Trainer("logging", LoggingTrainer)
     """
 
-    family: ClassVar[Family] = Family.SCHEDULER
     kind: ClassVar[str] = "trainer"
     verl_entry: ClassVar[str] = "v1 TRAINER_REGISTRY (trainer.v1.trainer_mode)"
 
@@ -431,7 +424,6 @@ class Sampler(Component):
         Sampler("loud", LoudReplayBuffer)
     """
 
-    family: ClassVar[Family] = Family.SCHEDULER
     kind: ClassVar[str] = "sampler"
     verl_entry: ClassVar[str] = "trainer.v1.sampler.custom_sampler (pkg://longcat_plugins.samplers)"
 
@@ -444,7 +436,6 @@ class SchedulePolicy(Component):
     ``should_activate_after_step(global_steps, is_hybrid_active, ctx)`` and
     ``update_after_step(global_steps, ctx)`` (``ctx`` a ``DynamicScheduleContext``)."""
 
-    family: ClassVar[Family] = Family.SCHEDULER
     kind: ClassVar[str] = "schedule_policy"
     verl_entry: ClassVar[str] = "dynamic_schedule._policy_registry (async_training.dynamic_schedule_policy)"
 
@@ -472,7 +463,6 @@ class DoraEvictionPolicy(Component):
         DoraEvictionPolicy("freshest_only", freshest_only)
     """
 
-    family: ClassVar[Family] = Family.SCHEDULER
     kind: ClassVar[str] = "dora_eviction_policy"
     verl_entry: ClassVar[str] = "schedulers.core.versions.EVICTION_POLICIES (longcat.settings.scheduler.dora.eviction)"
 
@@ -496,7 +486,6 @@ class DoraBalancer(Component):
         DoraBalancer("never", never)
     """
 
-    family: ClassVar[Family] = Family.SCHEDULER
     kind: ClassVar[str] = "dora_balancer"
     verl_entry: ClassVar[str] = "schedulers.core.balancer.BALANCERS (longcat.settings.scheduler.dora.balancer)"
 
@@ -523,7 +512,6 @@ class DataStrategy(Component):
         DataStrategy("shortest_first", ShortestFirst)
     """
 
-    family: ClassVar[Family] = Family.SCHEDULER
     kind: ClassVar[str] = "data_strategy"
     verl_entry: ClassVar[str] = "data.planner.DataPlanner (longcat.settings.scheduler.longcat_data.strategies)"
 
@@ -548,7 +536,6 @@ class DoraAdmission(Component):
         DoraAdmission("newest_only", newest_only)
     """
 
-    family: ClassVar[Family] = Family.SCHEDULER
     kind: ClassVar[str] = "dora_admission"
     verl_entry: ClassVar[str] = "schedulers.core.admission.ADMISSIONS (longcat.settings.scheduler.dora.admission)"
 
@@ -559,7 +546,6 @@ class FusionMethod(Component):
     ``longcat-plugins fuse`` and :mod:`longcat_plugins.fusion`. If ``config`` is omitted, the
     function's keyword-only parameters (with defaults and annotations) are its schema."""
 
-    family: ClassVar[Family] = Family.FUSION
     kind: ClassVar[str] = "fusion_method"
     verl_entry: ClassVar[str] = "none (longcat-plugins fuse)"
 
@@ -616,3 +602,7 @@ COMPONENT_TYPES: dict[Family, tuple[type[Component], ...]] = {
     Family.ENVIRONMENT: (AgentLoop, Tool),
     Family.FUSION: (FusionMethod,),
 }
+for _family, _types in COMPONENT_TYPES.items():
+    for _type in _types:
+        _type.family = _family
+del _family, _types, _type

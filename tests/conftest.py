@@ -139,6 +139,14 @@ def run_cli(*args: str, env: dict[str, str] | None = None, timeout: int = 300) -
     )
 
 
+def validate_refuses(recipe: str, *overrides: str) -> subprocess.CompletedProcess[str]:
+    """``longcat-plugins validate recipe overrides...``, which must exit 2 (refused before Ray starts);
+    the finished process, for the caller to check what the refusal names."""
+    proc = run_cli("validate", recipe, *overrides)
+    assert proc.returncode == 2, proc.stdout + proc.stderr
+    return proc
+
+
 @pytest.fixture(scope="session")
 def tiny_assets(tmp_path_factory: pytest.TempPathFactory) -> Assets:
     """The tiny model, tokenizer and arithmetic dataset, built once per session."""

@@ -12,7 +12,7 @@ import textwrap
 from pathlib import Path
 
 import pytest
-from conftest import REPO, loss_plugin, make_dist, run_cli
+from conftest import REPO, loss_plugin, make_dist, run_cli, validate_refuses
 
 from longcat_plugins.runtime import launch
 
@@ -88,8 +88,7 @@ def test_training_child_resolves_relative_override_paths_against_the_users_cwd(
 def test_validate_refuses_a_plugin_that_shadows_a_stock_verl_name(tmp_path: Path, fake_site: Path) -> None:
     make_dist(fake_site, "shadow-dist", {"shadow_rl": loss_plugin("vanilla")}, {"shadow": "shadow_rl"})
     recipe = _user_recipe(tmp_path, "")
-    proc = run_cli("validate", str(recipe))
-    assert proc.returncode == 2, proc.stdout + proc.stderr
+    proc = validate_refuses(str(recipe))
     assert "plugin shadow" in proc.stderr and "clashes with verl's own" in proc.stderr
     # non-strict: the same refusal is not an error
     assert run_cli("validate", str(recipe), "+longcat.strict=false").returncode == 0

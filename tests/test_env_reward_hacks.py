@@ -13,7 +13,7 @@ from typing import Any
 
 import pytest
 from test_env_cross_rules import _tables
-from test_env_runtime import handmade
+from test_env_runtime import db_field, handmade
 
 from longcat_plugins.environments.contract import SpecError
 from longcat_plugins.environments.domain import BaseDB, DBView, rule_violations
@@ -90,7 +90,7 @@ def test_a_successful_lookup_on_a_guessed_id_reveals_nothing() -> None:
         facts=[Fact("email", "My email is ava@example.com.", ("email",))],
         goals=["Subscribe me to the newsletter."],
         rubric=[
-            {"kind": "db_field", "entity": "customer", "key": "CUS-0001", "field": "newsletter", "value": True},
+            db_field("customer", "CUS-0001", "newsletter", True),
             {"kind": "no_collateral"},
         ],
         golden=[
@@ -154,14 +154,8 @@ def test_guessed_ref_arguments_and_created_records_earn_nothing() -> None:
         facts=[Fact("rx", "My prescription number is R1.", ("number",))],
         goals=["Send it to the Nova Plaza pharmacy."],
         rubric=[
-            {"kind": "db_field", "entity": "prescription", "key": "RX-0001", "field": "status", "value": "sent"},
-            {
-                "kind": "db_field",
-                "entity": "prescription",
-                "key": "RX-0001",
-                "field": "pharmacy_id",
-                "value": "PHA-0002",
-            },
+            db_field("prescription", "RX-0001", "status", "sent"),
+            db_field("prescription", "RX-0001", "pharmacy_id", "PHA-0002"),
             {"kind": "no_collateral"},
         ],
         golden=[

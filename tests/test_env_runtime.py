@@ -58,6 +58,11 @@ def handmade_db() -> dict[str, Any]:
     return db
 
 
+def db_field(entity: str, key: str, field: str, value: Any) -> dict[str, Any]:
+    """A rubric item: the record ``key`` of ``entity`` must end with ``field`` equal to ``value``."""
+    return {"kind": "db_field", "entity": entity, "key": key, "field": field, "value": value}
+
+
 def cancel_task() -> Task:
     return Task(
         task_id="cancel",
@@ -68,14 +73,8 @@ def cancel_task() -> Task:
         ],
         goals=["Please cancel it, I found it cheaper elsewhere.", "What was its total?"],
         rubric=[
-            {"kind": "db_field", "entity": "order", "key": "ORD-0002", "field": "status", "value": "cancelled"},
-            {
-                "kind": "db_field",
-                "entity": "order",
-                "key": "ORD-0002",
-                "field": "cancel_reason",
-                "value": "found_cheaper",
-            },
+            db_field("order", "ORD-0002", "status", "cancelled"),
+            db_field("order", "ORD-0002", "cancel_reason", "found_cheaper"),
             {"kind": "output", "value": 57.5, "renderings": ["57.50", "57.5"]},
             {"kind": "no_collateral"},
         ],

@@ -10,9 +10,12 @@ one). They call nothing from ``longcat_plugins.fusion`` except through the engin
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import itertools
+from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
 import pytest
 import torch
@@ -220,25 +223,44 @@ def assert_matches(got: dict[str, torch.Tensor], want: dict[str, torch.Tensor]) 
         torch.testing.assert_close(got[name].double(), want[name], rtol=1e-5, atol=1e-5, msg=name)
 
 
-COMBOS = list(itertools.product(["none", "tensor", "global"], [0.0, 0.4], [False, True]))
+#: each method's float64 reference, with the arguments the engine's run fixes (the seed, the variant)
+REFERENCES: dict[str, Callable[..., dict[str, torch.Tensor]]] = {
+    "longcat": functools.partial(ref_longcat, seed=SEED),
+    "ties": ref_ties,
+    "dare_linear": functools.partial(ref_dare, seed=SEED, ties=False),
+    "dare_ties": functools.partial(ref_dare, seed=SEED, ties=True),
+    "breadcrumbs": ref_breadcrumbs,
+    "sce": ref_sce,
+}
+#: (method, params): every step combination of ``longcat``, then each method's settings
+REFERENCE_CASES: list[tuple[str, dict[str, Any]]] = [
+    *(
+        ("longcat", {"normalize": n, "drop_rate": p, "erase": e})
+        for n, p, e in itertools.product(["none", "tensor", "global"], [0.0, 0.4], [False, True])
+    ),
+    *(
+        ("longcat", {"normalize": "global", "drop_rate": 0.3, "rescale": False, "erase": True, "majority": m})
+        for m in ("mass", "count")
+    ),
+    *(("ties", {"density": d, "normalize": n}) for d, n in [(0.3, True), (1.0, True), (0.5, False)]),
+    ("dare_linear", {"density": 0.6}),
+    ("dare_linear", {"density": 0.3, "rescale": False, "normalize": True, "scale": 0.5}),
+    ("dare_linear", {"density": 1.0}),
+    ("dare_ties", {"density": 0.6}),
+    ("dare_ties", {"density": 0.4, "normalize": True, "scale": 2.0}),
+    *(
+        ("breadcrumbs", {"density": d, "gamma": g, "normalize": n})
+        for d, g, n in [(0.8, 0.05, False), (0.5, 0.0, True), (0.97, 0.1, False), (1.0, 0.0, False)]
+    ),
+    *(("sce", {"select_topk": k}) for k in (1.0, 0.5, 0.1)),
+]
 
 
-@pytest.mark.parametrize(("normalize", "drop_rate", "erase"), COMBOS, ids=[f"{n}-p{p}-erase{e}" for n, p, e in COMBOS])
-def test_longcat_every_step_combination(
-    family: tuple, tmp_path: Path, normalize: str, drop_rate: float, erase: bool
-) -> None:
+@pytest.mark.parametrize(("method", "params"), REFERENCE_CASES, ids=[f"{m}-{p}" for m, p in REFERENCE_CASES])
+def test_method_matches_its_float64_reference(family: tuple, tmp_path: Path, method: str, params: dict) -> None:
     base, experts, _, _ = family
-    params = {"normalize": normalize, "drop_rate": drop_rate, "erase": erase}
-    got = run(family, tmp_path, "longcat", params)
-    assert_matches(got, ref_longcat(base, experts, WEIGHTS, seed=SEED, **params))
-
-
-@pytest.mark.parametrize("majority", ["mass", "count"])
-def test_longcat_without_rescale_and_with_count_majority(family: tuple, tmp_path: Path, majority: str) -> None:
-    base, experts, _, _ = family
-    params = {"normalize": "global", "drop_rate": 0.3, "rescale": False, "erase": True, "majority": majority}
-    got = run(family, tmp_path, "longcat", params)
-    assert_matches(got, ref_longcat(base, experts, WEIGHTS, seed=SEED, **params))
+    got = run(family, tmp_path, method, params)
+    assert_matches(got, REFERENCES[method](base, experts, WEIGHTS, **params))
 
 
 def test_no_drop_no_erase_is_weighted_task_arithmetic(family: tuple, tmp_path: Path) -> None:
@@ -262,47 +284,6 @@ def test_task_arithmetic_scale(family: tuple, tmp_path: Path) -> None:
         for n, b in base.items()
     }
     assert_matches(got, want)
-
-
-@pytest.mark.parametrize(("density", "normalize"), [(0.3, True), (1.0, True), (0.5, False)])
-def test_ties_matches_reference(family: tuple, tmp_path: Path, density: float, normalize: bool) -> None:
-    base, experts, _, _ = family
-    got = run(family, tmp_path, "ties", {"density": density, "normalize": normalize})
-    assert_matches(got, ref_ties(base, experts, WEIGHTS, density=density, normalize=normalize))
-
-
-DARE_CASES = [
-    ("dare_linear", {"density": 0.6}),
-    ("dare_linear", {"density": 0.3, "rescale": False, "normalize": True, "scale": 0.5}),
-    ("dare_linear", {"density": 1.0}),
-    ("dare_ties", {"density": 0.6}),
-    ("dare_ties", {"density": 0.4, "normalize": True, "scale": 2.0}),
-]
-
-
-@pytest.mark.parametrize(("method", "params"), DARE_CASES, ids=[f"{m}-{p}" for m, p in DARE_CASES])
-def test_dare_methods_match_reference(family: tuple, tmp_path: Path, method: str, params: dict) -> None:
-    base, experts, _, _ = family
-    got = run(family, tmp_path, method, params)
-    assert_matches(got, ref_dare(base, experts, WEIGHTS, seed=SEED, ties=method == "dare_ties", **params))
-
-
-@pytest.mark.parametrize(
-    ("density", "gamma", "normalize"), [(0.8, 0.05, False), (0.5, 0.0, True), (0.97, 0.1, False), (1.0, 0.0, False)]
-)
-def test_breadcrumbs_matches_reference(
-    family: tuple, tmp_path: Path, density: float, gamma: float, normalize: bool
-) -> None:
-    base, experts, _, _ = family
-    got = run(family, tmp_path, "breadcrumbs", {"density": density, "gamma": gamma, "normalize": normalize})
-    assert_matches(got, ref_breadcrumbs(base, experts, WEIGHTS, density=density, gamma=gamma, normalize=normalize))
-
-
-@pytest.mark.parametrize("select_topk", [1.0, 0.5, 0.1])
-def test_sce_matches_reference(family: tuple, tmp_path: Path, select_topk: float) -> None:
-    base, experts, _, _ = family
-    got = run(family, tmp_path, "sce", {"select_topk": select_topk})
-    assert_matches(got, ref_sce(base, experts, WEIGHTS, select_topk=select_topk))
 
 
 def test_dare_rescale_keeps_the_expected_delta() -> None:

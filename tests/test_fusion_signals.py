@@ -60,9 +60,10 @@ def _terminal_signals() -> None:
     signal.signal(signal.SIGTERM, signal.SIG_DFL)
 
 
-def _start(cfg: Path, marker: Path) -> subprocess.Popen[str]:
+def _start(cfg: Path, marker: Path, timeout: float = 120.0) -> subprocess.Popen[str]:
+    """``fuse`` in a subprocess, returned once its plugin wrote ``marker`` (it is then stalled)."""
     env = {**os.environ, "LC_MARKER": str(marker), "COLUMNS": "200"}
-    return subprocess.Popen(
+    proc = subprocess.Popen(
         [sys.executable, "-m", "longcat_plugins", "fuse", str(cfg)],
         env=env,
         stdout=subprocess.PIPE,
@@ -70,9 +71,6 @@ def _start(cfg: Path, marker: Path) -> subprocess.Popen[str]:
         text=True,
         preexec_fn=_terminal_signals,
     )
-
-
-def _wait_for(marker: Path, proc: subprocess.Popen[str], timeout: float = 120.0) -> None:
     deadline = time.monotonic() + timeout
     while not marker.exists():
         if proc.poll() is not None:
@@ -82,14 +80,28 @@ def _wait_for(marker: Path, proc: subprocess.Popen[str], timeout: float = 120.0)
             proc.kill()
             pytest.fail("the marker never appeared")
         time.sleep(0.05)
+    return proc
+
+
+#: where a run stalls -> (distribution, its modules, its entry points, the method the run fuses with)
+STALLS = {
+    "import": ("slow-import", {"slow_import": SLOW_IMPORT}, {"slow": "slow_import"}, "task_arithmetic"),
+    "merge": ("slow-merge", {"slow_merge": SLOW_METHOD}, {"slowm": "slow_merge"}, "slow"),
+}
+
+
+def _stalled(tmp_path: Path, fake_site: Path, where: str) -> tuple[subprocess.Popen[str], Path, Path, Path]:
+    """A ``fuse`` run stalled while its plugins load (``import``) or mid-merge (``merge``):
+    (the process, its config, its output, the marker its plugin wrote)."""
+    dist, modules, entry_points, method = STALLS[where]
+    make_dist(fake_site, dist, modules, entry_points)
+    cfg, out = _config(tmp_path, method)
+    marker = tmp_path / "marker"
+    return _start(cfg, marker), cfg, out, marker
 
 
 def test_ctrl_c_while_plugins_load_stops_the_run(tmp_path: Path, fake_site: Path) -> None:
-    make_dist(fake_site, "slow-import", {"slow_import": SLOW_IMPORT}, {"slow": "slow_import"})
-    cfg, out = _config(tmp_path, "task_arithmetic")
-    marker = tmp_path / "marker"
-    proc = _start(cfg, marker)
-    _wait_for(marker, proc)
+    proc, _, out, _ = _stalled(tmp_path, fake_site, "import")
     proc.send_signal(signal.SIGINT)
     _, err = proc.communicate(timeout=60)
     assert proc.returncode == 130, err
@@ -98,11 +110,7 @@ def test_ctrl_c_while_plugins_load_stops_the_run(tmp_path: Path, fake_site: Path
 
 
 def test_sigterm_mid_merge_cleans_up_and_exits_143(tmp_path: Path, fake_site: Path) -> None:
-    make_dist(fake_site, "slow-merge", {"slow_merge": SLOW_METHOD}, {"slowm": "slow_merge"})
-    cfg, out = _config(tmp_path, "slow")
-    marker = tmp_path / "marker"
-    proc = _start(cfg, marker)
-    _wait_for(marker, proc)
+    proc, _, out, _ = _stalled(tmp_path, fake_site, "merge")
     assert [p for p in leftovers(out.parent) if ".fusing-" in p], "the merge should be writing its temp dir"
     proc.send_signal(signal.SIGTERM)
     _, err = proc.communicate(timeout=60)
@@ -112,11 +120,7 @@ def test_sigterm_mid_merge_cleans_up_and_exits_143(tmp_path: Path, fake_site: Pa
 
 
 def test_a_killed_runs_temp_dir_is_removed_by_the_next_run(tmp_path: Path, fake_site: Path) -> None:
-    make_dist(fake_site, "slow-merge", {"slow_merge": SLOW_METHOD}, {"slowm": "slow_merge"})
-    cfg, out = _config(tmp_path, "slow")
-    marker = tmp_path / "marker"
-    proc = _start(cfg, marker)
-    _wait_for(marker, proc)
+    proc, cfg, out, marker = _stalled(tmp_path, fake_site, "merge")
     proc.kill()  # SIGKILL: no clean-up is possible, the directory stays
     proc.communicate(timeout=60)
     (stale,) = [p for p in leftovers(out.parent) if ".fusing-" in p]
@@ -139,7 +143,6 @@ def test_a_killed_runs_temp_dir_is_removed_by_the_next_run(tmp_path: Path, fake_
     # and the next real run cleans a killed run's directory by itself, then says so
     marker.unlink()
     proc = _start(cfg, marker)
-    _wait_for(marker, proc)
     proc.kill()
     proc.communicate(timeout=60)
     result = subprocess.run(

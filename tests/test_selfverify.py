@@ -197,17 +197,15 @@ def test_bad_settings_name_their_key(raw: dict, message: str) -> None:
 
 
 def test_validate_exits_2_without_the_selfverify_reward() -> None:
-    from conftest import run_cli
+    from conftest import validate_refuses
 
     from longcat_plugins.runtime.launch import configs_dir
 
-    bad = run_cli(
-        "validate",
+    bad = validate_refuses(
         str(configs_dir() / "cpu_demo.yaml"),
         "trainer.v1.trainer_mode=longcat_data",
         "+longcat.settings.scheduler.longcat_data.selfverify.enable=true",
     )
-    assert bad.returncode == 2, bad.stdout + bad.stderr
     assert "reward.custom_reward_function.name" in bad.stderr and "selfverify" in bad.stderr
 
 

@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 import json
 import logging
+import math
 import time
 from collections.abc import Mapping
 from dataclasses import dataclass, field
@@ -25,7 +26,7 @@ from longcat_plugins.environments.curriculum_service import (
 )
 from longcat_plugins.environments.episodes import AGENT_NAME, open_episode
 from longcat_plugins.rewards.plain import plain
-from longcat_plugins.rewards.result import scored
+from longcat_plugins.rewards.result import ERROR_KEY, VALID_KEY, scored
 from longcat_plugins.rewards.tool_format import check_calls
 
 logger = logging.getLogger(__name__)
@@ -256,6 +257,8 @@ class LongcatToolAgentLoop(AgentLoopBase):
                 stats.finish = "context_resets"
                 break
             await self._turn(seg, episode, sampling_params, request_id, stats, template_tools)
+            if not stats.finish and self._episode_done(episode):
+                stats.finish = "done"
 
         kept = [s for s in segments if s.response_mask]  # a segment the model never spoke in trains nothing
         if kept:
@@ -284,6 +287,16 @@ class LongcatToolAgentLoop(AgentLoopBase):
     async def _open_episode(self, extra_info: Any, level: int) -> Any:
         """The sample's episode (an environment family with other episodes overrides this)."""
         return await asyncio.get_running_loop().run_in_executor(None, lambda: open_episode(extra_info, level))
+
+    def _episode_done(self, episode: Any) -> bool:
+        """Has the episode ended the trajectory by itself (a code episode's ``submit``)? A tool-use
+        episode ends when the user has no reply."""
+        return False
+
+    def _infra_error(self, outcome: Any) -> str | None:
+        """Why the episode's outcome is no result (its environment failed, not the model): the sample
+        is then marked invalid and never credited. None: the outcome is a result."""
+        return None
 
     async def _new_segment(self, messages: list[dict[str, Any]], tools: list[dict[str, Any]] | None) -> Segment:
         prompt_ids = await self.ct_build_initial_tokens(messages, tools=tools)
@@ -503,6 +516,13 @@ class LongcatToolAgentLoop(AgentLoopBase):
             )
         if not outputs:
             raise RuntimeError(f"{AGENT_NAME}: task {getattr(episode, 'task_id', '?')} produced no model tokens")
+        error = self._infra_error(outcome)
+        if error is not None:
+            for o in outputs:
+                o.reward_score = math.nan
+                o.extra_fields["reward_extra_info"].update(
+                    {"score": math.nan, "acc": 0.0, VALID_KEY: 0.0, ERROR_KEY: error}
+                )
         return outputs if self.multi_output else outputs[0]
 
 

@@ -17,7 +17,7 @@ import click
 from rich.console import Console
 from rich.table import Table
 
-from longcat_plugins.console import esc
+from longcat_plugins.console import esc, progress_bar
 
 console = Console(highlight=False)
 err_console = Console(stderr=True, highlight=False, soft_wrap=True)
@@ -67,14 +67,7 @@ def envgen(spec: str, count: int, out: str, seed: int, split: str, **knobs: Any)
     """Build COUNT verified environments from domain SPEC (a YAML/JSON spec file or a built-in name:
     retail, travel, food_delivery) into OUT, with a verl task parquet. The generation knobs
     (--max-chain ...) are GenConfig's. See docs/environments.md."""
-    from rich.progress import (
-        BarColumn,
-        MofNCompleteColumn,
-        Progress,
-        TextColumn,
-        TimeElapsedColumn,
-        TimeRemainingColumn,
-    )
+    from rich.progress import MofNCompleteColumn, TimeRemainingColumn
 
     from longcat_plugins.environments.contract import SpecError
     from longcat_plugins.environments.envgen import OutputExistsError, check_output_dir, generate_environments
@@ -95,16 +88,11 @@ def envgen(spec: str, count: int, out: str, seed: int, split: str, **knobs: Any)
     except (SpecError, OutputExistsError) as exc:
         err_console.print(str(exc), style="red", markup=False)
         sys.exit(2)
-    progress = Progress(
-        TextColumn("{task.description}"),
-        BarColumn(),
+    progress = progress_bar(
         MofNCompleteColumn(),
-        TextColumn(
-            "[dim]{task.fields[rate]} env/s · {task.fields[attempts]} attempts · {task.fields[rejected]} rejected"
-        ),
-        TimeElapsedColumn(),
-        TimeRemainingColumn(),
-        console=console,
+        "[dim]{task.fields[rate]} env/s · {task.fields[attempts]} attempts · {task.fields[rejected]} rejected",
+        on=console,
+        after=[TimeRemainingColumn()],
     )
     try:
         with progress:

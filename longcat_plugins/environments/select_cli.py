@@ -11,9 +11,8 @@ from pathlib import Path
 
 import click
 from rich.console import Console
-from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
 
-from longcat_plugins.console import esc
+from longcat_plugins.console import esc, progress_bar
 
 console = Console(highlight=False)
 err_console = Console(stderr=True, highlight=False, soft_wrap=True)
@@ -68,14 +67,7 @@ def select_tool_tasks_cmd(
     except SelectionError as exc:
         err_console.print(f"[red]{esc(str(exc))}[/]")
         sys.exit(2)
-    with Progress(
-        TextColumn("{task.description}"),
-        BarColumn(),
-        TextColumn("{task.completed}/{task.total} stages"),
-        TimeElapsedColumn(),
-        console=err_console,
-        transient=False,
-    ) as progress:
+    with progress_bar("{task.completed}/{task.total} stages", on=err_console) as progress:
         bar = progress.add_task("tool-necessity", total=2)
 
         def on_stage(stage: str, done: int, total: int) -> None:

@@ -19,7 +19,7 @@ from typing import TYPE_CHECKING
 import click
 from rich.table import Table
 
-from longcat_plugins.console import console, err_console, esc
+from longcat_plugins.console import console, err_console, esc, progress_bar
 
 if TYPE_CHECKING:
     from longcat_plugins.fusion.engine import FusionReport
@@ -61,21 +61,14 @@ def fuse(
 ) -> None:
     """Merge domain-expert checkpoints into one, as the fuse YAML CONFIG says (base, experts with
     weights, method and params, output, seed). See docs/fusion.md."""
-    from rich.progress import BarColumn, DownloadColumn, Progress, TextColumn, TimeElapsedColumn, TransferSpeedColumn
+    from rich.progress import DownloadColumn, TransferSpeedColumn
 
     from longcat_plugins.config import ConfigError
     from longcat_plugins.fusion.errors import FusionError
     from longcat_plugins.fusion.spec import load_config, run_config
 
-    progress = Progress(
-        TextColumn("{task.description}"),
-        BarColumn(),
-        DownloadColumn(binary_units=True),
-        TransferSpeedColumn(),
-        TextColumn("{task.fields[tensors]}"),
-        TimeElapsedColumn(),
-        console=console,
-        transient=False,
+    progress = progress_bar(
+        DownloadColumn(binary_units=True), TransferSpeedColumn(), "{task.fields[tensors]}", on=console
     )
     tasks: dict[str, int] = {}
 

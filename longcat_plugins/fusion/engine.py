@@ -112,14 +112,15 @@ class FusionReport:
     settings: dict[str, Any]
     seed: int
     experts: list[ExpertReport]
-    tensors_merged: int
-    tensors_copied: int
-    elements_merged: int
-    bytes_read: int
-    bytes_written: int
-    seconds: float
-    norm_pass_seconds: float
-    warnings: list[str]
+    #: what the run did: counted up from zero as it goes
+    tensors_merged: int = 0
+    tensors_copied: int = 0
+    elements_merged: int = 0
+    bytes_read: int = 0
+    bytes_written: int = 0
+    seconds: float = 0.0
+    norm_pass_seconds: float = 0.0
+    warnings: list[str] = field(default_factory=list)
 
     def to_json(self) -> dict[str, Any]:
         data = dataclasses.asdict(self)
@@ -365,14 +366,6 @@ def fuse(
         settings=_settings_kwargs(settings),
         seed=seed,
         experts=[ExpertReport(e.label, e.path, e.weight, 0.0) for e in expert_specs],
-        tensors_merged=0,
-        tensors_copied=0,
-        elements_merged=0,
-        bytes_read=0,
-        bytes_written=0,
-        seconds=0.0,
-        norm_pass_seconds=0.0,
-        warnings=[],
     )
     if dry_run:
         report.seconds = time.perf_counter() - start

@@ -14,10 +14,9 @@ import math
 from dataclasses import dataclass, fields
 from typing import Any
 
-from longcat_plugins.environments._agent_loop import EpisodeStats, LongcatToolAgentLoop, Segment, ToolAgentSettings
+from longcat_plugins.environments._agent_loop import LongcatToolAgentLoop, ToolAgentSettings
 from longcat_plugins.environments.code_env.episode import CodeEnvSettings, CodeEpisode
 from longcat_plugins.environments.code_env.tasks import AGENT_NAME
-from longcat_plugins.rewards.result import ERROR_KEY, VALID_KEY
 
 #: how often an episode waiting for a free workspace looks again (s)
 ACQUIRE_POLL_S = 0.05
@@ -79,36 +78,14 @@ class LongcatCodeAgentLoop(LongcatToolAgentLoop):
             except TimeoutError:
                 await asyncio.sleep(ACQUIRE_POLL_S)
 
-    async def _turn(
-        self,
-        seg: Segment,
-        episode: Any,
-        sampling_params: dict[str, Any],
-        request_id: str,
-        stats: EpisodeStats,
-        tools: list[dict[str, Any]] | None,
-    ) -> None:
-        await super()._turn(seg, episode, sampling_params, request_id, stats, tools)
-        if getattr(episode, "submitted", False) and not stats.finish:
-            stats.finish = "done"
+    def _episode_done(self, episode: Any) -> bool:
+        return bool(getattr(episode, "submitted", False))
 
-    def _outputs(
-        self,
-        segments: list[Segment],
-        episode: Any,
-        outcome: Any,
-        stats: EpisodeStats,
-        curriculum_metrics: dict[str, float] | None = None,
-    ) -> Any:
-        out = super()._outputs(segments, episode, outcome, stats, curriculum_metrics)
+    def _infra_error(self, outcome: Any) -> str | None:
+        """A sandbox that failed scores NaN: the sample is invalid, with the sandbox's reason."""
         if math.isfinite(float(outcome.score)):
-            return out
-        error = str(outcome.notes.get("infra_error", "sandbox failure"))[:500]
-        for o in out if isinstance(out, list) else [out]:
-            o.reward_score = math.nan
-            info = o.extra_fields["reward_extra_info"]
-            info.update({"score": math.nan, "acc": 0.0, VALID_KEY: 0.0, ERROR_KEY: error})
-        return out
+            return None
+        return str(outcome.notes.get("infra_error", "sandbox failure"))[:500]
 
 
 def _open_now(extra_info: Any, settings: CodeEnvSettings) -> CodeEpisode:

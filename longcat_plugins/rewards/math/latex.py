@@ -152,23 +152,15 @@ def _group(s: str, i: int) -> tuple[str, int]:
     return s[i], i + 1
 
 
-def _function_power(s: str, i: int) -> tuple[str | None, int]:
-    """``\\sin^2 x``: the exponent written between a function name and its argument."""
-    while i < len(s) and s[i] == " ":
-        i += 1
-    if i < len(s) and s[i] == "^":
-        return _group(s, i + 1)
-    return None, i
-
-
 _ARITY = {r"\frac": 2, r"\dfrac": 2, r"\tfrac": 2, r"\sqrt": 1, r"\binom": 2}
 
 
-def _function_base(s: str, i: int) -> tuple[str | None, int]:
-    """``\\log_2 x``: the base written as a subscript of ``\\log``."""
+def _function_script(s: str, i: int, mark: str) -> tuple[str | None, int]:
+    """The group after ``mark`` between a function name and its argument: ``^`` its exponent
+    (``\\sin^2 x``), ``_`` the base of ``\\log`` (``\\log_2 x``); ``None`` where there is none."""
     while i < len(s) and s[i] == " ":
         i += 1
-    if i < len(s) and s[i] == "_":
+    if i < len(s) and s[i] == mark:
         return _group(s, i + 1)
     return None, i
 
@@ -284,10 +276,10 @@ def latex_to_sympy_text(s: str, depth: int = 0) -> str:
                 top, bottom = latex_to_sympy_text(top, depth + 1), latex_to_sympy_text(bottom, depth + 1)
                 out.append(f" binomial(({top}),({bottom})) ")
             elif name in _FUNCS:
-                base, i = _function_base(s, i) if name == "log" else (None, i)
-                expo, i = _function_power(s, i)
+                base, i = _function_script(s, i, "_") if name == "log" else (None, i)
+                expo, i = _function_script(s, i, "^")
                 if base is None and name == "log":
-                    base, i = _function_base(s, i)
+                    base, i = _function_script(s, i, "_")
                 if name == "lg":
                     base = "10"
                 arg, i = _function_argument(s, i)
