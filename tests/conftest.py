@@ -124,12 +124,44 @@ def example_plugin_installed(tmp_path_factory: pytest.TempPathFactory) -> Iterat
         importlib.invalidate_caches()
 
 
-def run_python(code: str, env: dict[str, str] | None = None, timeout: int = 300) -> subprocess.CompletedProcess[str]:
-    """Run ``code`` in a fresh interpreter with this environment (plus ``env``)."""
+def run_python(
+    code: str, env: dict[str, str] | None = None, timeout: int = 300, args: tuple[str, ...] = ()
+) -> subprocess.CompletedProcess[str]:
+    """Run ``code`` (with ``sys.argv[1:] == args``) in a fresh interpreter with this environment (plus ``env``)."""
     full_env = {**os.environ, **(env or {})}
     return subprocess.run(
-        [sys.executable, "-c", textwrap.dedent(code)], capture_output=True, text=True, env=full_env, timeout=timeout
+        [sys.executable, "-c", textwrap.dedent(code), *args],
+        capture_output=True,
+        text=True,
+        env=full_env,
+        timeout=timeout,
     )
+
+
+def main_ppo_refuses(
+    run_dir: Path, config_name: str, *overrides: str, env: dict[str, str] | None = None
+) -> subprocess.CompletedProcess[str]:
+    """Stock ``python -m verl.trainer.main_ppo`` on one of our recipes, which must exit 2 before Ray
+    starts (verl prints its Ray arguments just before ``ray.init``); the finished process."""
+    proc = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "verl.trainer.main_ppo",
+            f"--config-path={REPO / 'configs'}",
+            f"--config-name={config_name}",
+            *overrides,
+            f"hydra.run.dir={run_dir / 'run'}",
+        ],
+        capture_output=True,
+        text=True,
+        timeout=300,
+        cwd=run_dir,
+        env={**os.environ, **(env or {})},
+    )
+    assert proc.returncode == 2, proc.stderr[-2000:]
+    assert "ray init kwargs" not in proc.stdout
+    return proc
 
 
 def run_cli(*args: str, env: dict[str, str] | None = None, timeout: int = 300) -> subprocess.CompletedProcess[str]:

@@ -3,9 +3,6 @@
 from __future__ import annotations
 
 import json
-import subprocess
-import sys
-import textwrap
 from pathlib import Path
 
 import pytest
@@ -86,21 +83,17 @@ ray.shutdown()
 
 
 @pytest.mark.ray
-def test_verls_env_vars_reach_an_actor_that_lands_on_a_prestarted_preloaded_worker(
-    ray_tmp: Path, tmp_path: Path
-) -> None:
+def test_verls_env_vars_reach_an_actor_that_lands_on_a_prestarted_preloaded_worker(ray_tmp: Path) -> None:
     """Through the wrapped ``ray.init`` (a job runtime_env of env_vars only, as verl's ``run_ppo``
     passes): the actor sees the job's variable, runs in a worker process started before the actor
     was asked for (a prestarted one), and that worker imported the ``LONGCAT_RAY_PRELOAD`` module."""
-    env = {k: v for k, v in __import__("os").environ.items() if k != "RAY_ADDRESS"}
-    env.update({"LONGCAT_RAY_PRELOAD": "xml.dom.minidom", "PYTHONPATH": str(REPO)})
-    proc = subprocess.run(
-        [sys.executable, "-c", textwrap.dedent(PROBE), str(ray_tmp)],
-        capture_output=True,
-        text=True,
+    from conftest import run_python
+
+    proc = run_python(
+        PROBE,
+        env={"LONGCAT_RAY_PRELOAD": "xml.dom.minidom", "PYTHONPATH": str(REPO), "RAY_ADDRESS": ""},
         timeout=240,
-        env=env,
-        cwd=tmp_path,
+        args=(str(ray_tmp),),
     )
     assert proc.returncode == 0, proc.stderr[-3000:]
     seen = json.loads(proc.stdout.strip().splitlines()[-1])
@@ -110,23 +103,7 @@ def test_verls_env_vars_reach_an_actor_that_lands_on_a_prestarted_preloaded_work
 
 
 def test_a_bad_preload_list_stops_main_ppo_before_ray(tmp_path: Path) -> None:
-    env = {k: v for k, v in __import__("os").environ.items()}
-    env["LONGCAT_RAY_PRELOAD"] = "verl/trainer"
-    proc = subprocess.run(
-        [
-            sys.executable,
-            "-m",
-            "verl.trainer.main_ppo",
-            f"--config-path={REPO / 'configs'}",
-            "--config-name=example_plugin",
-            f"hydra.run.dir={tmp_path / 'run'}",
-        ],
-        capture_output=True,
-        text=True,
-        timeout=300,
-        cwd=tmp_path,
-        env=env,
-    )
-    assert proc.returncode == 2, proc.stderr[-2000:]
+    from conftest import main_ppo_refuses
+
+    proc = main_ppo_refuses(tmp_path, "example_plugin", env={"LONGCAT_RAY_PRELOAD": "verl/trainer"})
     assert "LONGCAT_RAY_PRELOAD: not module names: verl/trainer" in proc.stderr
-    assert "ray init kwargs" not in proc.stdout
