@@ -862,6 +862,11 @@ def dora_startup(d: dict[str, Any]) -> list[str]:
             *phases,
             ("**before step 1**", *(f"**{r['startup']['startup_s']:.1f}**" for r in runs), ""),
             (
+                "Ray's workers preload",
+                *(f"`{r['startup']['ray_preload']}`" if r["startup"].get("ray_preload") else "-" for r in runs),
+                "`--preload` (`LONGCAT_RAY_PRELOAD`; `1`: `verl.trainer.main_ppo`)",
+            ),
+            (
                 "step 1 beyond a later step",
                 *(f"{r['startup']['first_step_extra_s']:.1f}" for r in runs),
                 "`sync`: the agent-loop worker spawned inside step 1, first kernels",
