@@ -200,6 +200,41 @@ def summarise(
     return out
 
 
+#: the tag an earlier invocation's records move to when a new ``sync`` replaces their baseline
+PREVIOUS = "_prev_session"
+
+
+def _key(r: dict[str, Any]) -> tuple[str, str, str, int]:
+    return (r.get("device", "cpu"), r.get("tag", ""), r["run"], r["seed"])
+
+
+def merge_records(earlier: list[dict[str, Any]], new: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """The results file's records after this invocation wrote ``new``: each new record replaces
+    the earlier one of its (device, tag, run, seed); an earlier record it does not replace is
+    kept (a run planned but cut off loses nothing). When ``new`` holds the ``sync`` of a
+    (device, tag, seed), the earlier records of that group (their sync and the runs re-run now
+    included) move to the tag ``<tag>_prev_session`` (replacing an older such group), so every
+    ratio stays against the sync of its own invocation and the earlier session stays whole."""
+    replaced = {_key(r) for r in new}
+    rebased = {
+        (r.get("device", "cpu"), r.get("tag", ""), r["seed"]) for r in new if r["run"] == "sync" + r.get("tag", "")
+    }
+    kept: list[dict[str, Any]] = []
+    moved: list[dict[str, Any]] = []
+    for r in earlier:
+        if "seed" not in r:
+            continue
+        group = (r.get("device", "cpu"), r.get("tag", ""), r["seed"])
+        if group in rebased:  # every earlier record of the group, its sync and what was re-run too
+            tag = r.get("tag", "")
+            moved.append(r | {"run": r["run"][: len(r["run"]) - len(tag)] + tag + PREVIOUS, "tag": tag + PREVIOUS})
+        elif _key(r) not in replaced:
+            kept.append(r)
+    superseded = {(r.get("device", "cpu"), r["tag"], r["seed"]) for r in moved}
+    kept = [r for r in kept if (r.get("device", "cpu"), r.get("tag", ""), r["seed"]) not in superseded]
+    return kept + moved + new
+
+
 def compare(results: list[dict[str, Any]]) -> dict[str, Any]:
     """Per run: tokens/s and mean trained length over sync of the same seed and device, mean
     and spread (population std, min, max) over seeds."""
@@ -300,21 +335,12 @@ def main() -> None:
         long_tokens=args.long_tokens,
     )
     order = list(dict.fromkeys(args.only)) if args.only else list(known)  # --only's order: what matters first
-    planned = {(args.device, args.tag, name + args.tag, seed) for name in order for seed in seeds}
     args.out.mkdir(parents=True, exist_ok=True)
     target = args.out / "dora_cpu.json"
     kept = earlier(target)  # the other device's records are kept
-    other = (
-        [
-            r
-            for r in json.loads(target.read_text())["results"]
-            # every record this invocation does not re-run is kept (a lent GPU session re-runs
-            # `sync` with whatever else fits, so each ratio has a baseline from its own session)
-            if "seed" in r and (r.get("device", "cpu"), r.get("tag", ""), r["run"], r["seed"]) not in planned
-        ]
-        if target.exists()
-        else []
-    )
+    # every earlier record stays until this invocation re-runs it (merge_records: a lent GPU
+    # session re-runs `sync` with whatever else fits; each ratio keeps a baseline of its own session)
+    previous = [r for r in json.loads(target.read_text())["results"] if "seed" in r] if target.exists() else []
     origin = provenance(seeds=seeds)
     workload = {
         "long_every": args.long_every,
@@ -324,7 +350,7 @@ def main() -> None:
         "steps": args.steps,
     }
     results: list[dict[str, Any]] = []
-    summary = compare(other)
+    summary = compare(previous)
     for seed in seeds:
         for name in order:
             config, extra = known[name]
@@ -380,12 +406,13 @@ def main() -> None:
             results.append(record)
             print(json.dumps(record), flush=True)
             # written after every run: a run cut short (a lent GPU's time runs out) keeps the ones before it
-            summary = compare(other + results)
+            merged = merge_records(previous, results)
+            summary = compare(merged)
             report = {
                 "workload": workload,
                 "cpu_count": os.cpu_count(),
                 "summary_vs_sync": summary,
-                "results": other + results,
+                "results": merged,
             }
             tmp = target.with_suffix(".tmp")
             tmp.write_text(json.dumps(stamp(report, origin, kept), indent=2))

@@ -70,3 +70,30 @@ def test_provenance_takes_the_sent_commit_over_a_stale_git(monkeypatch: pytest.M
     assert prov.provenance(seeds=[0])["dirty"] is True  # unsaid: assume the sent tree differed
     monkeypatch.delenv(prov.ENV_COMMIT)
     assert prov.provenance(seeds=[0])["commit"] != "a" * 40
+
+
+def test_a_cut_invocation_loses_no_record_and_ratios_keep_their_own_sessions_sync() -> None:
+    """A lent session re-runs ``sync`` and what fits: the runs it re-ran replace theirs, the run it
+    planned but never reached stays, and the earlier session's records of that group move to
+    ``_prev_session`` (with their own sync), so no ratio mixes two sessions."""
+    bench = bench_module("bench_dora_cpu")
+
+    def rec(run: str, device: str = "cuda", tag: str = "", tokens: float = 1.0) -> dict:
+        return {"run": run + tag, "tag": tag, "device": device, "seed": 0, "tokens_per_s": tokens}
+
+    earlier = [rec("sync", tokens=10), rec("dora_1", tokens=14), rec("sync", "cpu", tokens=5), rec("sync", tag="_x")]
+    new = [rec("sync", tokens=20), rec("dora_1_window", tokens=30)]  # dora_1 was planned, then cut off
+    merged = bench.merge_records(earlier, new)
+    by_run = {(r["device"], r["run"]): r for r in merged}
+    assert by_run[("cuda", "sync")]["tokens_per_s"] == 20 and ("cuda", "dora_1_window") in by_run
+    assert by_run[("cuda", "sync_prev_session")]["tokens_per_s"] == 10
+    assert by_run[("cuda", "dora_1_prev_session")]["tag"] == "_prev_session"
+    assert ("cuda", "dora_1") not in by_run, "an old dora_1 would be compared with the new sync"
+    assert ("cpu", "sync") in by_run and ("cuda", "sync_x") in by_run, "other groups are untouched"
+    assert len(merged) == 6
+    # a later session moves the group again: the older _prev_session records give way
+    again = bench.merge_records(merged, [rec("sync", tokens=40)])
+    prev = sorted(r["tokens_per_s"] for r in again if r["tag"] == "_prev_session")
+    assert prev == [20, 30], prev
+    # without a new sync, earlier records stay where they are
+    assert bench.merge_records(earlier, [rec("dora_1", tokens=15)])[-1]["tokens_per_s"] == 15
