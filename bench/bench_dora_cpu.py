@@ -32,8 +32,10 @@ same seed (mean and spread over seeds).
 
 ``--device cuda`` trains on the GPU (``trainer.device=cuda``; the rollout stays the ``hf``
 engine, vLLM is not used); every record carries its ``"device"``. A run replaces only the
-records it re-runs (same run, seed, device and ``--tag``): the others already in ``dora_cpu.json``
-are kept, so a lent GPU session that re-runs ``sync`` with what else fits adds to the file.
+record it re-runs (same run, seed, device and ``--tag``): the others already in ``dora_cpu.json``
+are kept (a run planned but cut off too), and a new ``sync`` moves its group's earlier records to
+``<tag>_prev_session`` (:func:`merge_records`), so a lent GPU session that re-runs ``sync`` with
+what else fits adds to the file without comparing across sessions.
 ``--only`` runs in the order given. Each run's start-up is broken down into phases
 (``"startup"``, from when verl's milestone lines arrived; ``timed.log`` in each run folder).
 Results: ``<out>/dora_cpu.json`` (with its provenance) and ``<out>/dora_cpu.png``.
