@@ -226,7 +226,13 @@ print(json.dumps({"imports_and_host_s": ready, "engine_s": engine, "norm_pass_s"
 PROFILE_STEPS = {
     "pass 1: global norms (read, convert, subtract, norm)": r"^engine\.py:\d+\(_tensor_sq_norms\)$",
     "merge: read + convert to float32": r"^engine\.py:\d+\(read_float\)$",
-    "merge: the method (all of it)": r"^methods\.py:\d+\((longcat|task_arithmetic)\)$",
+    "merge: the method (all of it)": r"^methods\.py:\d+\((longcat|task_arithmetic|ties|dare_linear|dare_ties|breadcrumbs|sce)\)$",
+    "method: top-k trim (ties)": r"^methods\.py:\d+\(_trim\)$",
+    "method: rank band (breadcrumbs, sce)": r"^methods\.py:\d+\(_rank_band\)$",
+    "method: radix select": r"^methods\.py:\d+\(_kth_smallest\)$",
+    "method: seeded permutations (torch.randperm)": r"^~:0\(<built-in method (torch\.)?randperm[ >]",
+    "method: variance across experts (sce)": r"^methods\.py:\d+\(_population_var\)$",
+    "method: disjoint merge": r"^methods\.py:\d+\(_disjoint_merge\)$",
     "method: seeded keep-mask draws (torch.rand)": r"^~:0\(<built-in method (torch\.)?rand[ >]",
     "method: sign erase": r"^methods\.py:\d+\(_erase_minority\)$",
     "merge: convert to bf16 (Tensor.to)": r"^~:0\(<method 'to' of 'torch\._C\.TensorBase' objects>\)$",
@@ -281,7 +287,7 @@ def profile(inputs: dict[str, Any], out: Path, labels: list[str], repeat: int = 
             rows = sorted(inner.pop("functions"), key=lambda r: -r["tottime_s"])
             record = {"wall_s": run["wall_s"], "max_rss_mb": run["peak_rss_mib"], **inner}
             if profiled:
-                record["top_tottime"] = rows[:15]
+                record["top_tottime"] = rows[:25]
                 record["steps_cumtime_s"] = {
                     step: sum(r["cumtime_s"] for r in rows if re.search(pattern, r["function"]))
                     for step, pattern in PROFILE_STEPS.items()
