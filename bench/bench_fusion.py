@@ -204,6 +204,8 @@ import torch
 from longcat_plugins.fusion import fuse
 from longcat_plugins.fusion.engine import resolve_method
 resolve_method(spec["method"], spec["params"])  # the host's plugin discovery, once per process
+if spec["profile"]:  # one op thread, as each of the engine's two workers runs: the per-function times are its work
+    torch.set_num_threads(1)
 ready = time.perf_counter() - t0
 profiler = cProfile.Profile()
 if spec["profile"]:
@@ -254,8 +256,9 @@ def _python_wall(code: str, repeat: int) -> float:
 def profile(inputs: dict[str, Any], out: Path, labels: list[str], repeat: int = 5) -> dict[str, Any]:
     """Where the time of ``labels`` goes: interpreter start and imports (fresh interpreters,
     medians), the engine's wall with its default two workers (cold cache), and a cProfile of
-    the engine with one worker (cold cache; every op on the calling thread, so the per-function
-    times add up to the engine's serial CPU + I/O wait)."""
+    the engine with one worker and one op thread, as each of the two workers runs (cold cache;
+    every op on the calling thread, so the per-function times add up to the engine's serial CPU
+    + I/O wait; with the default two op threads a busy machine's OpenMP waits would dominate)."""
     result: dict[str, Any] = {
         "startup": {
             "python_pass_s": _python_wall("pass", repeat),
@@ -552,8 +555,8 @@ def write_profile(args: argparse.Namespace, inputs: dict[str, Any], files: list[
     results["how"] = (
         "bench/bench_fusion.py --profile --methods ... --profile-tag TAG; inputs as fusion.json's; start-up: median "
         "of fresh interpreters; engine: wall of fuse() from a cold page cache with its default 2 workers, then "
-        "again with 1 worker under cProfile (every op on the calling thread: per-function times are serial "
-        "CPU + I/O wait; steps are inclusive times of the matching functions)"
+        "again with 1 worker and 1 op thread under cProfile (every op on the calling thread: per-function times are "
+        "serial CPU + I/O wait; steps are inclusive times of the matching functions)"
     )
     results.setdefault("profiles", {})[args.profile_tag] = entry
     args.profile_out.parent.mkdir(parents=True, exist_ok=True)

@@ -258,7 +258,7 @@ def _kth_smallest(values: "torch.Tensor", ranks: "list[int]") -> "list[torch.Ten
     return [r.value for r in _select(values, ranks)]
 
 
-def _select(values: "torch.Tensor", ranks: "list[int]") -> "list[_Rank]":
+def _select(values: "torch.Tensor", ranks: "list[int]", *, unsigned: bool = False) -> "list[_Rank]":
     """For each 1-based rank j: the j-th smallest element of ``values`` (exactly
     ``values.reshape(-1).kthvalue(j).values``), how many elements are smaller and how many equal
     it, found by a two-level radix select instead of quickselect where that is exact.
@@ -269,7 +269,8 @@ def _select(values: "torch.Tensor", ranks: "list[int]") -> "list[_Rank]":
     bucket's elements names the value: about a fifth of ``kthvalue``'s time. The cumulative
     histograms give the counts for free (the callers would otherwise compare the whole tensor
     again). Negative values (−0.0 included), NaN and inf take ``kthvalue`` and comparisons,
-    whose order they need.
+    whose order they need. ``unsigned``: the caller knows no sign bit is set (``abs()``'s
+    output, NaN included), so the histogram's length alone tells whether NaN or inf is present.
     """
     import sys
 
@@ -280,10 +281,14 @@ def _select(values: "torch.Tensor", ranks: "list[int]") -> "list[_Rank]":
         return [_select_by_kthvalue(flat, j) for j in ranks]
     bits = flat.view(torch.int32)
     top = flat.view(torch.int16)[1::2] if sys.byteorder == "little" else bits >> 16
-    least, most = torch.aminmax(top)
-    if int(least) < 0 or int(most) >= _INF_TOP:
+    if not unsigned:
+        least, most = torch.aminmax(top)
+        if int(least) < 0 or int(most) >= _INF_TOP:
+            return [_select_by_kthvalue(flat, j) for j in ranks]
+    below = torch.bincount(top)
+    if below.numel() > _INF_TOP:  # NaN or inf present
         return [_select_by_kthvalue(flat, j) for j in ranks]
-    below = torch.bincount(top).cumsum_(0)  # below[b]: elements whose top bits are <= b
+    below = below.cumsum_(0)  # below[b]: elements whose top bits are <= b
     buckets: dict[int, torch.Tensor] = {}
     out = []
     for j in ranks:
@@ -333,7 +338,7 @@ def _trim(delta: "torch.Tensor", density: float, generator: "torch.Generator") -
     k = max(1, int(density * numel))
     flat = delta.view(-1)
     magnitude = flat.abs()
-    (rank,) = _select(magnitude, [numel - k + 1])
+    (rank,) = _select(magnitude, [numel - k + 1], unsigned=True)
     threshold = rank.value
     if not rank.radix:  # NaN, inf or a small tensor: the bool mask, as the rule is written
         keep = magnitude > threshold
@@ -393,7 +398,7 @@ def ties(
 
     _ties_params(density=density, majority=majority)
     trimmed, delta_sq = [], []
-    for i, (w, e) in enumerate(zip(weights, experts, strict=True)):
+    for i, e in enumerate(experts):
         delta_sq.append(_sub_and_norm(e, base))
         trimmed.append(float(_trim(e, density, ctx.generator(i))))
     merged, erased = _disjoint_merge(experts, weights, majority, normalize, before=weights)  # c_i = w_i · trim(δ_i)
@@ -605,7 +610,9 @@ def _ranked_ascending(values: "torch.Tensor", generator: "torch.Generator") -> "
     return perm[order]
 
 
-def _rank_band(values: "torch.Tensor", generator: "torch.Generator", low: int, high: int) -> "torch.Tensor":
+def _rank_band(
+    values: "torch.Tensor", generator: "torch.Generator", low: int, high: int, *, unsigned: bool = False
+) -> "torch.Tensor":
     """Mask of the elements of ``values`` (flat) whose ascending rank is in [low, high), equal
     values ranked in a seeded random order: exactly ``_ranked_ascending(values, generator)[low:high]``,
     found by selection (:func:`_select`, O(n), which counts the elements below and at each edge)
@@ -613,7 +620,7 @@ def _rank_band(values: "torch.Tensor", generator: "torch.Generator", low: int, h
     tied with a band edge whose block of ranks the edge cuts are ordered, by their position in
     the same seeded permutation (``perm`` filtered to them); the permutation (a tenth of a
     second per 10M elements) is drawn only then: nothing else reads the generator, so skipping
-    it changes no output."""
+    it changes no output. ``unsigned``: as in :func:`_select`."""
     import torch
 
     n = values.numel()
@@ -621,7 +628,7 @@ def _rank_band(values: "torch.Tensor", generator: "torch.Generator", low: int, h
     if high <= low:
         return torch.zeros(n, dtype=torch.bool)
     flat = values.reshape(-1)
-    edges = _select(flat, [low + 1, high])  # with how many elements lie below and at each edge
+    edges = _select(flat, [low + 1, high], unsigned=unsigned)  # with how many elements lie below and at each edge
     lo, hi = edges[0].value, edges[1].value
     keep = flat > lo
     keep &= flat < hi
@@ -680,7 +687,7 @@ def breadcrumbs(
         k, t = int(density * n), int(gamma * n)
         if density < 1.0 or t > 0:
             low = max(0, n - k - t)
-            keep = _rank_band(e.view(-1).abs(), ctx.generator(i), low, low + k)
+            keep = _rank_band(e.view(-1).abs(), ctx.generator(i), low, low + k, unsigned=True)
             e.view(-1).mul_(keep)
             cut.append(float(n - min(k, n)))
         else:
