@@ -231,7 +231,7 @@ PROFILE_STEPS = {
     "merge: the method (all of it)": r"^methods\.py:\d+\((longcat|task_arithmetic|ties|dare_linear|dare_ties|breadcrumbs|sce)\)$",
     "method: top-k trim (ties)": r"^methods\.py:\d+\(_trim\)$",
     "method: rank band (breadcrumbs, sce)": r"^methods\.py:\d+\(_rank_band\)$",
-    "method: radix select": r"^methods\.py:\d+\(_kth_smallest\)$",
+    "method: radix select": r"^methods\.py:\d+\(_select\)$",
     "method: seeded permutations (torch.randperm)": r"^~:0\(<built-in method (torch\.)?randperm[ >]",
     "method: variance across experts (sce)": r"^methods\.py:\d+\(_population_var\)$",
     "method: disjoint merge": r"^methods\.py:\d+\(_disjoint_merge\)$",
