@@ -63,7 +63,8 @@ def _erase_against(c: "torch.Tensor", sign: "torch.Tensor", scratch: "torch.Tens
     returns how many. ``scratch``: a float32 buffer of ``c``'s size to reuse.
 
     An entry opposes where ``c · sign < 0`` (exact: ``sign`` is ±1). For finite ``c`` it is
-    multiplied by a 0/1 mask (sign(c · sign) + 1, at most 1): an erased entry becomes a zero
+    multiplied by a 0/1 float mask (``c · sign >= 0`` compared into float32, a third of a bool
+    mask's cost): an erased entry becomes a zero
     whose sign is ``c``'s, which no sum that reaches an output can tell from +0.0 (an erased entry
     implies a non-zero agreeing one; see ``longcat``). An infinite entry would become NaN that
     way, so any non-finite ``c`` takes ``masked_fill_`` (+0.0, the rule as written).
@@ -72,7 +73,7 @@ def _erase_against(c: "torch.Tensor", sign: "torch.Tensor", scratch: "torch.Tens
 
     product = torch.mul(c, sign, out=scratch) if scratch is not None else c * sign
     if math.isfinite(float(c.sum())):
-        keep = product.sign_().add_(1.0).clamp_(max=1.0)
+        keep = torch.ge(product, 0.0, out=product)  # 1.0 where c · sign >= 0 (±0 included), else 0.0
         erased = c.numel() - _count_ones(keep)
         c.mul_(keep)
         return erased
@@ -103,14 +104,14 @@ def _drop(delta: "torch.Tensor", generator: "torch.Generator", p: float) -> int:
     """Keep each element of ``delta`` (in place) where ``torch.rand(shape, generator, float32) >= p``,
     zero the others (× 0.0); returns how many were zeroed.
 
-    The mask is built in float32 (sign(r − p) + 1, at most 1: 1 exactly where r ≥ p, since a
-    rounded difference is zero only when r = p), which costs a third of a bool compare, count
-    and bool multiply; the product is the same as with the bool mask.
+    The mask is the comparison r ≥ p written into the float32 draws (1.0 or 0.0), which costs
+    a third of a bool compare, count and bool multiply (and of the sign(r − p) + 1 chain used
+    before); the product is the same as with the bool mask.
     """
     import torch
 
     keep = torch.rand(delta.shape, generator=generator, dtype=torch.float32)
-    keep.sub_(p).sign_().add_(1.0).clamp_(max=1.0)
+    torch.ge(keep, p, out=keep)
     zeroed = delta.numel() - _count_ones(keep)
     delta.mul_(keep)
     return zeroed
