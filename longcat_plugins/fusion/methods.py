@@ -619,9 +619,9 @@ def _rank_band(
     found by selection (:func:`_select`, O(n), which counts the elements below and at each edge)
     instead of a full sort. Only the elements
     tied with a band edge whose block of ranks the edge cuts are ordered, by their position in
-    the same seeded permutation (``perm`` filtered to them); the permutation (a tenth of a
-    second per 10M elements) is drawn only then: nothing else reads the generator, so skipping
-    it changes no output. ``unsigned``: as in :func:`_select`."""
+    the same seeded permutation (``perm`` filtered to them; one gather serves both edges); the
+    permutation (a tenth of a second per 10M elements) is drawn only then: nothing else reads
+    the generator, so skipping it changes no output. ``unsigned``: as in :func:`_select`."""
     import torch
 
     n = values.numel()
@@ -633,7 +633,7 @@ def _rank_band(
     lo, hi = edges[0].value, edges[1].value
     keep = flat > lo
     keep &= flat < hi
-    perm = None
+    cut = []  # (tied mask, the band's slice of its block) of each edge whose block the band cuts
     for edge in edges if bool(lo != hi) else edges[:1]:
         first, count = edge.less, edge.equal
         start, stop = max(low, first), min(high, first + count)  # the ranks of the block inside the band
@@ -643,10 +643,18 @@ def _rank_band(
         if (start, stop) == (first, first + count):
             keep |= tied
             continue
-        if perm is None:
-            perm = torch.randperm(n, generator=generator, dtype=torch.int32 if n < 1 << 31 else torch.int64)
-        in_order = perm[tied[perm]]  # the tied elements, ranked as the permutation orders them
-        keep[in_order[start - first : stop - first]] = True
+        cut.append((tied, start - first, stop - first))
+    if not cut:
+        return keep
+    perm = torch.randperm(n, generator=generator, dtype=torch.int32 if n < 1 << 31 else torch.int64)
+    if len(cut) == 1:
+        ranked = [cut[0][0][perm]]  # the tied elements' flags in the permutation's order
+    else:  # both edges: one gather of a code (1: the low edge's block, 2: the high one's), the blocks are disjoint
+        codes = torch.add(cut[0][0].view(torch.uint8), cut[1][0].view(torch.uint8), alpha=2)[perm]
+        ranked = [codes == 1, codes == 2]
+    for flags, (_, a, b) in zip(ranked, cut, strict=True):
+        in_order = perm[flags]  # the tied elements, ranked as the permutation orders them
+        keep[in_order[a:b]] = True
     return keep
 
 
