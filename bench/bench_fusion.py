@@ -165,14 +165,15 @@ def disk_bandwidth(files: list[Path]) -> dict[str, Any]:
 
 
 def measure(command: list[str], env: dict[str, str] | None = None) -> dict[str, Any]:
-    """Run ``command`` under a tiny wrapper that ``wait4``s it: wall time, peak RSS (MiB) of that
-    process alone, and its stdout."""
+    """Run ``command`` under a tiny wrapper that ``wait4``s it: wall time, CPU time (user + system:
+    on a machine shared with other jobs the wall depends on their load, the CPU time much less),
+    peak RSS (MiB) of that process alone, and its stdout."""
     wrapper = (
         "import json, os, subprocess, sys, time\n"
         "t = time.perf_counter(); p = subprocess.Popen(sys.argv[1:])\n"
         "_, status, ru = os.wait4(p.pid, 0)\n"
         "print(json.dumps({'rc': os.waitstatus_to_exitcode(status), 'wall_s': time.perf_counter() - t,"
-        " 'peak_rss_mib': ru.ru_maxrss / 1024}), file=sys.stderr)\n"
+        " 'cpu_s': ru.ru_utime + ru.ru_stime, 'peak_rss_mib': ru.ru_maxrss / 1024}), file=sys.stderr)\n"
     )
     proc = subprocess.run([sys.executable, "-c", wrapper, *command], capture_output=True, text=True, env=env)
     lines = proc.stderr.strip().splitlines()
@@ -288,7 +289,7 @@ def profile(inputs: dict[str, Any], out: Path, labels: list[str], repeat: int = 
             )
             inner = json.loads(run.pop("stdout").strip().splitlines()[-1])
             rows = sorted(inner.pop("functions"), key=lambda r: -r["tottime_s"])
-            record = {"wall_s": run["wall_s"], "max_rss_mb": run["peak_rss_mib"], **inner}
+            record = {"wall_s": run["wall_s"], "cpu_s": run.get("cpu_s"), "max_rss_mb": run["peak_rss_mib"], **inner}
             if profiled:
                 record["top_tottime"] = rows[:25]
                 record["steps_cumtime_s"] = {
@@ -347,7 +348,8 @@ def run_ours(inputs: dict[str, Any], out: Path, label: str, reference: Path | No
     inner = json.loads(result.pop("stdout").strip().splitlines()[-1])
     tool = "ours" if reference is None else "ours_reference"
     return {"tool": tool, "method": label, "dtype": "float32", "params": params, "resident_before_bytes": resident,
-            "wall_s": result["wall_s"], "max_rss_mb": result["peak_rss_mib"], **inner}  # fmt: skip
+            "wall_s": result["wall_s"], "cpu_s": result.get("cpu_s"), "max_rss_mb": result["peak_rss_mib"],
+            "load_avg_1min": os.getloadavg()[0], **inner}  # fmt: skip
 
 
 def run_mergekit(mergekit: str, inputs: dict[str, Any], out: Path, label: str, dtype: str) -> dict[str, Any]:
@@ -367,7 +369,7 @@ def run_mergekit(mergekit: str, inputs: dict[str, Any], out: Path, label: str, d
     resident = evict(input_files(inputs))
     result = measure([mergekit, str(cfg), str(out), "--no-copy-tokenizer", "--random-seed", "0", "--quiet"])
     return {"tool": "mergekit", "method": label, "dtype": dtype, "config": config, "resident_before_bytes": resident,
-            "wall_s": result["wall_s"], "max_rss_mb": result["peak_rss_mib"]}  # fmt: skip
+            "wall_s": result["wall_s"], "cpu_s": result.get("cpu_s"), "max_rss_mb": result["peak_rss_mib"]}  # fmt: skip
 
 
 # -- agreement ----------------------------------------------------------------------------------
@@ -520,8 +522,10 @@ def summarise(results: dict[str, Any]) -> dict[str, Any]:
             if runs:
                 walls = [r["wall_s"] for r in runs]
                 wall = statistics.median(walls)
+                cpus = [r["cpu_s"] for r in runs if r.get("cpu_s") is not None]
                 table.setdefault(m, {})[f"{tool}_{dtype}"] = {
                     "median_wall_s": wall,
+                    "median_cpu_s": statistics.median(cpus) if cpus else None,
                     "min_wall_s": min(walls),
                     "max_wall_s": max(walls),
                     "max_rss_mb": max(r["max_rss_mb"] for r in runs),

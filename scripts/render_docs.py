@@ -540,17 +540,25 @@ def fusion(d: dict[str, Any]) -> list[str]:
     reference = (d.get("provenance") or {}).get("reference") or {}
     previous = f"previous engine ({reference.get('commit') or '?'})"
     mk = d.get("mergekit_version")
-    columns = ["method", "runs (ours)", "ours: wall / peak RSS", "ours: wall / read floor"]
+    columns = ["method", "runs (ours)", "ours: wall / peak RSS", "ours: CPU (user + sys)", "ours: wall / read floor"]
     has_reference = any("ours_reference_float32" in t for t in d["summary"].values())
     has_mergekit = any("mergekit_float32" in t or "mergekit_default" in t for t in d["summary"].values())
     if has_reference:
-        columns += [f"{previous}: wall / peak RSS", "ours / previous wall", "outputs bit-identical to the previous"]
+        columns += [
+            f"{previous}: wall / peak RSS",
+            f"{previous}: CPU",
+            "ours / previous: wall, CPU",
+            "outputs bit-identical to the previous",
+        ]
     if has_mergekit:
         columns += [f"mergekit {mk} `float32`: wall", f"mergekit {mk} default dtype: wall"]
     out = header(*columns)
 
     def cell(x: dict[str, Any] | None) -> str:
         return "–" if x is None else f"{x['median_wall_s']:.1f} s / {x['max_rss_mb']:.0f} MiB"
+
+    def cpu(x: dict[str, Any] | None) -> str:
+        return "–" if x is None or x.get("median_cpu_s") is None else f"{x['median_cpu_s']:.1f} s"
 
     agreement = d.get("reference_agreement", {})
     for method, tools in d["summary"].items():
@@ -559,13 +567,20 @@ def fusion(d: dict[str, Any]) -> list[str]:
             f"`{method}`",
             str(ours["runs"]) if ours else "0",
             cell(ours),
+            cpu(ours),
             f"{ours['times_read_floor']:.1f}x" if ours else "–",
         ]
         if has_reference:
             same = agreement.get(method)
+            ratios = "–"
+            if ours and ref:
+                ratios = f"{ours['median_wall_s'] / ref['median_wall_s']:.2f}"
+                if ours.get("median_cpu_s") and ref.get("median_cpu_s"):
+                    ratios += f", {ours['median_cpu_s'] / ref['median_cpu_s']:.2f}"
             cells += [
                 cell(ref),
-                f"{ours['median_wall_s'] / ref['median_wall_s']:.2f}" if ours and ref else "–",
+                cpu(ref),
+                ratios,
                 "–" if same is None else f"{same['bit_identical_fraction']:.6f} of {same['elements']} elements",
             ]
         if has_mergekit:
