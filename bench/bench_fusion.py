@@ -164,6 +164,12 @@ def disk_bandwidth(files: list[Path]) -> dict[str, Any]:
 # -- runs ---------------------------------------------------------------------------------------
 
 
+#: the working directory of every child process: ``python -c`` puts its cwd first on sys.path,
+#: ahead of PYTHONPATH, so a run started from a checkout would import that checkout's package
+#: whatever ``--reference-src`` says (the earlier "before" profiles and reference runs did)
+NEUTRAL_CWD = Path(os.sep)
+
+
 def measure(command: list[str], env: dict[str, str] | None = None) -> dict[str, Any]:
     """Run ``command`` under a tiny wrapper that ``wait4``s it: wall time, CPU time (user + system:
     on a machine shared with other jobs the wall depends on their load, the CPU time much less),
@@ -175,7 +181,9 @@ def measure(command: list[str], env: dict[str, str] | None = None) -> dict[str, 
         "print(json.dumps({'rc': os.waitstatus_to_exitcode(status), 'wall_s': time.perf_counter() - t,"
         " 'cpu_s': ru.ru_utime + ru.ru_stime, 'peak_rss_mib': ru.ru_maxrss / 1024}), file=sys.stderr)\n"
     )
-    proc = subprocess.run([sys.executable, "-c", wrapper, *command], capture_output=True, text=True, env=env)
+    proc = subprocess.run(
+        [sys.executable, "-c", wrapper, *command], capture_output=True, text=True, env=env, cwd=NEUTRAL_CWD
+    )
     lines = proc.stderr.strip().splitlines()
     stats = json.loads(lines[-1]) if lines and lines[-1].startswith("{") else {"rc": proc.returncode}
     if proc.returncode != 0 or stats["rc"] != 0:
@@ -193,7 +201,8 @@ if spec.get("idle"):
     raise SystemExit
 report = fuse(spec["base"], [tuple(e) for e in spec["experts"]], spec["output"], method=spec["method"],
               params=spec["params"], seed=0)
-print(json.dumps({"merge_s": report.seconds, "norm_pass_s": report.norm_pass_seconds,
+import longcat_plugins
+print(json.dumps({"package": longcat_plugins.__file__, "merge_s": report.seconds, "norm_pass_s": report.norm_pass_seconds,
                   "bytes_read": report.bytes_read}))
 """
 
@@ -249,7 +258,7 @@ def _python_wall(code: str, repeat: int) -> float:
     walls = []
     for _ in range(repeat):
         t = time.perf_counter()
-        subprocess.run([sys.executable, "-c", code], check=True, capture_output=True)
+        subprocess.run([sys.executable, "-c", code], check=True, capture_output=True, cwd=NEUTRAL_CWD)
         walls.append(time.perf_counter() - t)
     return statistics.median(walls)
 
@@ -544,6 +553,7 @@ def write_profile(args: argparse.Namespace, inputs: dict[str, Any], files: list[
         capture_output=True,
         text=True,
         check=True,
+        cwd=NEUTRAL_CWD,
     ).stdout.strip()
     commit = subprocess.run(["git", "-C", package, "describe", "--always", "--dirty"], capture_output=True, text=True)
     out = args.work / "out"
