@@ -230,44 +230,6 @@ CHUNK_ELEMENTS = 1 << 20
 READ_AHEAD_BYTES = 64 << 20
 #: bytes of working memory the workers may hold at once (a tensor that needs more runs alone)
 MEMORY_BUDGET = 768 << 20
-#: bytes per checkpoint the kernel is asked to read while the merge starts (torch's import takes
-#: about a second, in which the disk would otherwise stand idle); page cache, not process memory
-START_AHEAD_BYTES = 256 << 20
-
-
-class _StartReadAhead:
-    """Asks the kernel (``posix_fadvise(WILLNEED)``) for the first ``START_AHEAD_BYTES`` of every
-    checkpoint, tensor by tensor in merge order, from a background thread, so the disk reads
-    while the main thread imports torch and builds the workers. A hint only: nothing waits for
-    it, no output depends on it; :meth:`stop` ends it before the checkpoints are closed."""
-
-    def __init__(self, checkpoints: Sequence[Checkpoint], order: Sequence[TensorInfo], budget: int) -> None:
-        self.stop_event = threading.Event()
-        requests = []
-        for info in order:
-            if budget <= 0:
-                break
-            requests.append(info)
-            budget -= info.nbytes
-        if requests:  # the first request here: each checkpoint opens its reader on this thread
-            for ckpt in checkpoints:
-                ckpt.will_need(requests[0], 0, requests[0].numel)
-        self.thread = threading.Thread(
-            target=self._run, args=(checkpoints, requests[1:]), name="fusion-read-ahead", daemon=True
-        )
-        self.thread.start()
-
-    def _run(self, checkpoints: Sequence[Checkpoint], requests: Sequence[TensorInfo]) -> None:
-        for info in requests:
-            for ckpt in checkpoints:
-                if self.stop_event.is_set():
-                    return
-                with contextlib.suppress(OSError):  # a hint: a failure here is the merge's to report
-                    ckpt.will_need(info, 0, info.numel)
-
-    def stop(self) -> None:
-        self.stop_event.set()
-        self.thread.join()
 
 
 class _Budget:
@@ -419,20 +381,8 @@ def fuse(
     aliases = tied_aliases(base_ckpt)
     infos = list(base_ckpt.iter_in_file_order())
     float_infos = [i for i in infos if i.is_float]
-    start_ahead = (
-        _StartReadAhead([base_ckpt, *expert_ckpts], [i for i in float_infos if i.numel], START_AHEAD_BYTES)
-        if prefetch
-        else None
-    )
     io = _IO(base_ckpt, expert_ckpts, prefetch, chunk_elements, order=float_infos)
-    try:
-        runner = _Runner(workers)  # the first import of torch: the read-ahead above overlaps it
-    except BaseException:
-        if start_ahead is not None:
-            start_ahead.stop()
-        for ckpt in (base_ckpt, *expert_ckpts):
-            ckpt.close()
-        raise
+    runner = _Runner(workers)
     bytes_per_pass = base_ckpt.total_bytes * (len(expert_ckpts) + 1)
     sq_norms: list[float] | None = None
     try:
@@ -469,8 +419,6 @@ def fuse(
             raise
     finally:
         runner.close()
-        if start_ahead is not None:
-            start_ahead.stop()
         for ckpt in (base_ckpt, *expert_ckpts):
             ckpt.close()
     if sq_norms is not None:

@@ -633,7 +633,8 @@ def _rank_band(
     lo, hi = edges[0].value, edges[1].value
     keep = flat > lo
     keep &= flat < hi
-    cut = []  # (tied mask, the band's slice of its block) of each edge whose block the band cuts
+    cut = []  # the band's slice of the block of each edge it cuts
+    codes = None  # 1 where an element ties with the first such edge, 2 with the second (the blocks are disjoint)
     for edge in edges if bool(lo != hi) else edges[:1]:
         first, count = edge.less, edge.equal
         start, stop = max(low, first), min(high, first + count)  # the ranks of the block inside the band
@@ -643,17 +644,16 @@ def _rank_band(
         if (start, stop) == (first, first + count):
             keep |= tied
             continue
-        cut.append((tied, start - first, stop - first))
-    if not cut:
+        cut.append((start - first, stop - first))
+        codes = tied.view(torch.uint8) if codes is None else torch.add(codes, tied.view(torch.uint8), alpha=2)
+        del tied
+    if codes is None:
         return keep
     perm = torch.randperm(n, generator=generator, dtype=torch.int32 if n < 1 << 31 else torch.int64)
-    if len(cut) == 1:
-        ranked = [cut[0][0][perm]]  # the tied elements' flags in the permutation's order
-    else:  # both edges: one gather of a code (1: the low edge's block, 2: the high one's), the blocks are disjoint
-        codes = torch.add(cut[0][0].view(torch.uint8), cut[1][0].view(torch.uint8), alpha=2)[perm]
-        ranked = [codes == 1, codes == 2]
-    for flags, (_, a, b) in zip(ranked, cut, strict=True):
-        in_order = perm[flags]  # the tied elements, ranked as the permutation orders them
+    ranked = codes[perm]  # one gather for both edges: the codes in the permutation's order
+    del codes
+    for code, (a, b) in enumerate(cut, start=1):
+        in_order = perm[ranked == code]  # the tied elements, ranked as the permutation orders them
         keep[in_order[a:b]] = True
     return keep
 
