@@ -734,9 +734,8 @@ def main() -> None:
                 results["agreement"][label] = agreement(inputs, out, label)
                 print(label, json.dumps(results["agreement"][label]), flush=True)
     results["total_s"] = results.get("total_s", 0.0) + time.perf_counter() - t0
-    results["provenance"] = provenance(seeds=[0, 1, 2, 3])  # fuse seed 0; the inputs' seeds 0 (base), 1-3 (experts)
-    if args.reference_src:
-        results["provenance"]["reference"] = {"src": str(args.reference_src), "commit": args.reference_commit}
+    if args.reference_src:  # beside the provenance (which save() replaces with this run's record)
+        results["reference"] = {"src": str(args.reference_src), "commit": args.reference_commit}
     save()
     plot(results, args.out.with_suffix(".png"))
     print(f"wrote {args.out} and {args.out.with_suffix('.png')}")

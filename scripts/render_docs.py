@@ -531,14 +531,18 @@ def tool_warm_start_lane(d: dict[str, Any]) -> list[str]:
     return out
 
 
-# --- fusion.json and archive/fusion.json (docs/fusion.md) ---------------------------------------
+# --- fusion.json and archive/fusion_mergekit.json (docs/fusion.md) ---------------------------------------
 
 
 def fusion(d: dict[str, Any]) -> list[str]:
     """Ours beside the read floor and, where the run had them, the previous engine
     (``--reference-src``: its wall, and whether every output bit is the same) and mergekit."""
-    reference = (d.get("provenance") or {}).get("reference") or {}
-    previous = f"previous engine ({reference.get('commit') or '?'})"
+    commit = (d.get("reference") or {}).get("commit")
+    records = d.get("provenance")
+    for record in records if isinstance(records, list) else [records or {}]:  # else the recorded command's
+        found = re.search(r"--reference-commit[ =](\S+)", record.get("command", ""))
+        commit = commit or (found.group(1) if found else None)
+    previous = f"previous engine ({commit or '?'})"
     mk = d.get("mergekit_version")
     columns = ["method", "runs (ours)", "ours: wall / peak RSS", "ours: CPU (user + sys)", "ours: wall / read floor"]
     has_reference = any("ours_reference_float32" in t for t in d["summary"].values())
@@ -1040,7 +1044,7 @@ TABLES: dict[str, tuple[str, Renderer]] = {
     "warm_starts": ("bench/results/archive/warm_starts.json", warm_starts),
     "tool_warm_start_lane": ("bench/results/tool_warm_start_lane.json", tool_warm_start_lane),
     "fusion": ("bench/results/fusion.json", fusion),
-    "fusion_archive": ("bench/results/archive/fusion.json", fusion_archive),
+    "fusion_archive": ("bench/results/archive/fusion_mergekit.json", fusion_archive),
     "heavy_thinking": ("bench/results/archive/heavy_thinking.json", heavy_thinking),
     "code_env_episodes": ("bench/results/archive/code_env.json", code_env_episodes),
     "dora_sim": ("bench/results/archive/dora_sim.json", dora_sim),
