@@ -325,8 +325,9 @@ def _trim(delta: "torch.Tensor", density: float, generator: "torch.Generator") -
     The cut is one ``hardshrink`` (zero where |δ| ≤ t, in place) with the chosen tied entries put
     back, where a bool mask costs a compare, a count and a bool multiply. A cut entry becomes
     +0.0 rather than δ·0 (which keeps δ's sign): no sum that reaches an output starts from an
-    entry, so the sign of a zero cannot reach it. Non-finite magnitudes take the mask (δ·0 is NaN
-    for an infinite δ, and that NaN is the rule's output).
+    entry (the disjoint merge's starts at +0.0), so the sign of a zero cannot reach it. Non-finite
+    magnitudes (δ·0 is NaN for an infinite δ, and that NaN is the rule's output) and tensors below
+    the radix select's size take the bool mask, as the rule is written.
     """
     import torch
 
