@@ -164,17 +164,26 @@ def disk_bandwidth(files: list[Path]) -> dict[str, Any]:
 # -- runs ---------------------------------------------------------------------------------------
 
 
+#: the working directory of every child process: ``python -c`` puts its cwd first on sys.path,
+#: ahead of PYTHONPATH, so a run started from a checkout would import that checkout's package
+#: whatever ``--reference-src`` says (the earlier "before" profiles and reference runs did)
+NEUTRAL_CWD = Path(os.sep)
+
+
 def measure(command: list[str], env: dict[str, str] | None = None) -> dict[str, Any]:
-    """Run ``command`` under a tiny wrapper that ``wait4``s it: wall time, peak RSS (MiB) of that
-    process alone, and its stdout."""
+    """Run ``command`` under a tiny wrapper that ``wait4``s it: wall time, CPU time (user + system:
+    on a machine shared with other jobs the wall depends on their load, the CPU time much less),
+    peak RSS (MiB) of that process alone, and its stdout."""
     wrapper = (
         "import json, os, subprocess, sys, time\n"
         "t = time.perf_counter(); p = subprocess.Popen(sys.argv[1:])\n"
         "_, status, ru = os.wait4(p.pid, 0)\n"
         "print(json.dumps({'rc': os.waitstatus_to_exitcode(status), 'wall_s': time.perf_counter() - t,"
-        " 'peak_rss_mib': ru.ru_maxrss / 1024}), file=sys.stderr)\n"
+        " 'cpu_s': ru.ru_utime + ru.ru_stime, 'peak_rss_mib': ru.ru_maxrss / 1024}), file=sys.stderr)\n"
     )
-    proc = subprocess.run([sys.executable, "-c", wrapper, *command], capture_output=True, text=True, env=env)
+    proc = subprocess.run(
+        [sys.executable, "-c", wrapper, *command], capture_output=True, text=True, env=env, cwd=NEUTRAL_CWD
+    )
     lines = proc.stderr.strip().splitlines()
     stats = json.loads(lines[-1]) if lines and lines[-1].startswith("{") else {"rc": proc.returncode}
     if proc.returncode != 0 or stats["rc"] != 0:
@@ -192,7 +201,8 @@ if spec.get("idle"):
     raise SystemExit
 report = fuse(spec["base"], [tuple(e) for e in spec["experts"]], spec["output"], method=spec["method"],
               params=spec["params"], seed=0)
-print(json.dumps({"merge_s": report.seconds, "norm_pass_s": report.norm_pass_seconds,
+import longcat_plugins
+print(json.dumps({"package": longcat_plugins.__file__, "merge_s": report.seconds, "norm_pass_s": report.norm_pass_seconds,
                   "bytes_read": report.bytes_read}))
 """
 
@@ -204,6 +214,8 @@ import torch
 from longcat_plugins.fusion import fuse
 from longcat_plugins.fusion.engine import resolve_method
 resolve_method(spec["method"], spec["params"])  # the host's plugin discovery, once per process
+if spec["profile"]:  # one op thread, as each of the engine's two workers runs: the per-function times are its work
+    torch.set_num_threads(1)
 ready = time.perf_counter() - t0
 profiler = cProfile.Profile()
 if spec["profile"]:
@@ -226,7 +238,13 @@ print(json.dumps({"imports_and_host_s": ready, "engine_s": engine, "norm_pass_s"
 PROFILE_STEPS = {
     "pass 1: global norms (read, convert, subtract, norm)": r"^engine\.py:\d+\(_tensor_sq_norms\)$",
     "merge: read + convert to float32": r"^engine\.py:\d+\(read_float\)$",
-    "merge: the method (all of it)": r"^methods\.py:\d+\((longcat|task_arithmetic)\)$",
+    "merge: the method (all of it)": r"^methods\.py:\d+\((longcat|task_arithmetic|ties|dare_linear|dare_ties|breadcrumbs|sce)\)$",
+    "method: top-k trim (ties)": r"^methods\.py:\d+\(_trim\)$",
+    "method: rank band (breadcrumbs, sce)": r"^methods\.py:\d+\(_rank_band\)$",
+    "method: radix select": r"^methods\.py:\d+\(_select\)$",
+    "method: seeded permutations (torch.randperm)": r"^~:0\(<built-in method (torch\.)?randperm[ >]",
+    "method: variance across experts (sce)": r"^methods\.py:\d+\(_population_var\)$",
+    "method: disjoint merge": r"^methods\.py:\d+\(_disjoint_merge\)$",
     "method: seeded keep-mask draws (torch.rand)": r"^~:0\(<built-in method (torch\.)?rand[ >]",
     "method: sign erase": r"^methods\.py:\d+\(_erase_minority\)$",
     "merge: convert to bf16 (Tensor.to)": r"^~:0\(<method 'to' of 'torch\._C\.TensorBase' objects>\)$",
@@ -240,7 +258,7 @@ def _python_wall(code: str, repeat: int) -> float:
     walls = []
     for _ in range(repeat):
         t = time.perf_counter()
-        subprocess.run([sys.executable, "-c", code], check=True, capture_output=True)
+        subprocess.run([sys.executable, "-c", code], check=True, capture_output=True, cwd=NEUTRAL_CWD)
         walls.append(time.perf_counter() - t)
     return statistics.median(walls)
 
@@ -248,8 +266,9 @@ def _python_wall(code: str, repeat: int) -> float:
 def profile(inputs: dict[str, Any], out: Path, labels: list[str], repeat: int = 5) -> dict[str, Any]:
     """Where the time of ``labels`` goes: interpreter start and imports (fresh interpreters,
     medians), the engine's wall with its default two workers (cold cache), and a cProfile of
-    the engine with one worker (cold cache; every op on the calling thread, so the per-function
-    times add up to the engine's serial CPU + I/O wait)."""
+    the engine with one worker and one op thread, as each of the two workers runs (cold cache;
+    every op on the calling thread, so the per-function times add up to the engine's serial CPU
+    + I/O wait; with the default two op threads a busy machine's OpenMP waits would dominate)."""
     result: dict[str, Any] = {
         "startup": {
             "python_pass_s": _python_wall("pass", repeat),
@@ -279,9 +298,9 @@ def profile(inputs: dict[str, Any], out: Path, labels: list[str], repeat: int = 
             )
             inner = json.loads(run.pop("stdout").strip().splitlines()[-1])
             rows = sorted(inner.pop("functions"), key=lambda r: -r["tottime_s"])
-            record = {"wall_s": run["wall_s"], "max_rss_mb": run["peak_rss_mib"], **inner}
+            record = {"wall_s": run["wall_s"], "cpu_s": run.get("cpu_s"), "max_rss_mb": run["peak_rss_mib"], **inner}
             if profiled:
-                record["top_tottime"] = rows[:15]
+                record["top_tottime"] = rows[:25]
                 record["steps_cumtime_s"] = {
                     step: sum(r["cumtime_s"] for r in rows if re.search(pattern, r["function"]))
                     for step, pattern in PROFILE_STEPS.items()
@@ -338,7 +357,8 @@ def run_ours(inputs: dict[str, Any], out: Path, label: str, reference: Path | No
     inner = json.loads(result.pop("stdout").strip().splitlines()[-1])
     tool = "ours" if reference is None else "ours_reference"
     return {"tool": tool, "method": label, "dtype": "float32", "params": params, "resident_before_bytes": resident,
-            "wall_s": result["wall_s"], "max_rss_mb": result["peak_rss_mib"], **inner}  # fmt: skip
+            "wall_s": result["wall_s"], "cpu_s": result.get("cpu_s"), "max_rss_mb": result["peak_rss_mib"],
+            "load_avg_1min": os.getloadavg()[0], **inner}  # fmt: skip
 
 
 def run_mergekit(mergekit: str, inputs: dict[str, Any], out: Path, label: str, dtype: str) -> dict[str, Any]:
@@ -358,7 +378,7 @@ def run_mergekit(mergekit: str, inputs: dict[str, Any], out: Path, label: str, d
     resident = evict(input_files(inputs))
     result = measure([mergekit, str(cfg), str(out), "--no-copy-tokenizer", "--random-seed", "0", "--quiet"])
     return {"tool": "mergekit", "method": label, "dtype": dtype, "config": config, "resident_before_bytes": resident,
-            "wall_s": result["wall_s"], "max_rss_mb": result["peak_rss_mib"]}  # fmt: skip
+            "wall_s": result["wall_s"], "cpu_s": result.get("cpu_s"), "max_rss_mb": result["peak_rss_mib"]}  # fmt: skip
 
 
 # -- agreement ----------------------------------------------------------------------------------
@@ -511,8 +531,10 @@ def summarise(results: dict[str, Any]) -> dict[str, Any]:
             if runs:
                 walls = [r["wall_s"] for r in runs]
                 wall = statistics.median(walls)
+                cpus = [r["cpu_s"] for r in runs if r.get("cpu_s") is not None]
                 table.setdefault(m, {})[f"{tool}_{dtype}"] = {
                     "median_wall_s": wall,
+                    "median_cpu_s": statistics.median(cpus) if cpus else None,
                     "min_wall_s": min(walls),
                     "max_wall_s": max(walls),
                     "max_rss_mb": max(r["max_rss_mb"] for r in runs),
@@ -531,6 +553,7 @@ def write_profile(args: argparse.Namespace, inputs: dict[str, Any], files: list[
         capture_output=True,
         text=True,
         check=True,
+        cwd=NEUTRAL_CWD,
     ).stdout.strip()
     commit = subprocess.run(["git", "-C", package, "describe", "--always", "--dirty"], capture_output=True, text=True)
     out = args.work / "out"
@@ -546,8 +569,8 @@ def write_profile(args: argparse.Namespace, inputs: dict[str, Any], files: list[
     results["how"] = (
         "bench/bench_fusion.py --profile --methods ... --profile-tag TAG; inputs as fusion.json's; start-up: median "
         "of fresh interpreters; engine: wall of fuse() from a cold page cache with its default 2 workers, then "
-        "again with 1 worker under cProfile (every op on the calling thread: per-function times are serial "
-        "CPU + I/O wait; steps are inclusive times of the matching functions)"
+        "again with 1 worker and 1 op thread under cProfile (every op on the calling thread: per-function times are "
+        "serial CPU + I/O wait; steps are inclusive times of the matching functions)"
     )
     results.setdefault("profiles", {})[args.profile_tag] = entry
     args.profile_out.parent.mkdir(parents=True, exist_ok=True)
@@ -711,9 +734,8 @@ def main() -> None:
                 results["agreement"][label] = agreement(inputs, out, label)
                 print(label, json.dumps(results["agreement"][label]), flush=True)
     results["total_s"] = results.get("total_s", 0.0) + time.perf_counter() - t0
-    results["provenance"] = provenance(seeds=[0, 1, 2, 3])  # fuse seed 0; the inputs' seeds 0 (base), 1-3 (experts)
-    if args.reference_src:
-        results["provenance"]["reference"] = {"src": str(args.reference_src), "commit": args.reference_commit}
+    if args.reference_src:  # beside the provenance (which save() replaces with this run's record)
+        results["reference"] = {"src": str(args.reference_src), "commit": args.reference_commit}
     save()
     plot(results, args.out.with_suffix(".png"))
     print(f"wrote {args.out} and {args.out.with_suffix('.png')}")

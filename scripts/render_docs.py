@@ -496,10 +496,71 @@ def tool_warm_start_lane(d: dict[str, Any]) -> list[str]:
     )
 
 
-# --- archive/fusion.json (docs/fusion.md) -------------------------------------------------------
+# --- fusion.json and archive/fusion_mergekit.json (docs/fusion.md) ---------------------------------------
 
 
 def fusion(d: dict[str, Any]) -> list[str]:
+    """Ours beside the read floor and, where the run had them, the previous engine
+    (``--reference-src``: its wall, and whether every output bit is the same) and mergekit."""
+    commit = (d.get("reference") or {}).get("commit")
+    records = d.get("provenance")
+    for record in records if isinstance(records, list) else [records or {}]:  # else the recorded command's
+        found = re.search(r"--reference-commit[ =](\S+)", record.get("command", ""))
+        commit = commit or (found.group(1) if found else None)
+    previous = f"previous engine ({commit or '?'})"
+    mk = d.get("mergekit_version")
+    columns = ["method", "runs (ours)", "ours: wall / peak RSS", "ours: CPU (user + sys)", "ours: wall / read floor"]
+    has_reference = any("ours_reference_float32" in t for t in d["summary"].values())
+    has_mergekit = any("mergekit_float32" in t or "mergekit_default" in t for t in d["summary"].values())
+    if has_reference:
+        columns += [
+            f"{previous}: wall / peak RSS",
+            f"{previous}: CPU",
+            "ours / previous: wall, CPU",
+            "outputs bit-identical to the previous",
+        ]
+    if has_mergekit:
+        columns += [f"mergekit {mk} `float32`: wall", f"mergekit {mk} default dtype: wall"]
+    out = header(*columns)
+
+    def cell(x: dict[str, Any] | None) -> str:
+        return "–" if x is None else f"{x['median_wall_s']:.1f} s / {x['max_rss_mb']:.0f} MiB"
+
+    def cpu(x: dict[str, Any] | None) -> str:
+        return "–" if x is None or x.get("median_cpu_s") is None else f"{x['median_cpu_s']:.1f} s"
+
+    agreement = d.get("reference_agreement", {})
+    for method, tools in d["summary"].items():
+        ours, ref = tools.get("ours_float32"), tools.get("ours_reference_float32")
+        cells = [
+            f"`{method}`",
+            str(ours["runs"]) if ours else "0",
+            cell(ours),
+            cpu(ours),
+            f"{ours['times_read_floor']:.1f}x" if ours else "–",
+        ]
+        if has_reference:
+            same = agreement.get(method)
+            ratios = "–"
+            if ours and ref:
+                ratios = f"{ours['median_wall_s'] / ref['median_wall_s']:.2f}"
+                if ours.get("median_cpu_s") and ref.get("median_cpu_s"):
+                    ratios += f", {ours['median_cpu_s'] / ref['median_cpu_s']:.2f}"
+            cells += [
+                cell(ref),
+                cpu(ref),
+                ratios,
+                "–" if same is None else f"{same['bit_identical_fraction']:.6f} of {same['elements']} elements",
+            ]
+        if has_mergekit:
+            for key in ("mergekit_float32", "mergekit_default"):
+                m = tools.get(key)
+                cells.append(f"{m['median_wall_s']:.1f} s" if m else "–")
+        out.append(row(*cells))
+    return out
+
+
+def fusion_archive(d: dict[str, Any]) -> list[str]:
     mk = d.get("mergekit_version", "?")
 
     def cell(x: dict[str, Any] | None) -> str:
@@ -896,7 +957,8 @@ TABLES: dict[str, tuple[str, Renderer]] = {
     "tool_graphs": ("longcat_plugins/environments/domains", tool_graphs),
     "warm_starts": ("bench/results/archive/warm_starts.json", warm_starts),
     "tool_warm_start_lane": ("bench/results/tool_warm_start_lane.json", tool_warm_start_lane),
-    "fusion": ("bench/results/archive/fusion.json", fusion),
+    "fusion": ("bench/results/fusion.json", fusion),
+    "fusion_archive": ("bench/results/archive/fusion_mergekit.json", fusion_archive),
     "heavy_thinking": ("bench/results/archive/heavy_thinking.json", heavy_thinking),
     "code_env_episodes": ("bench/results/archive/code_env.json", code_env_episodes),
     "dora_sim": ("bench/results/archive/dora_sim.json", dora_sim),

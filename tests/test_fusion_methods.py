@@ -569,3 +569,135 @@ def test_rank_band_on_bf16_magnitudes_is_the_sorted_ranking() -> None:
         want = torch.zeros(n, dtype=torch.bool)
         want[_ranked_ascending(values, torch.Generator().manual_seed(case))[low : low + k]] = True
         assert torch.equal(_rank_band(values, torch.Generator().manual_seed(case), low, low + k), want), case
+
+
+def _rule_trim(delta: torch.Tensor, density: float, generator: torch.Generator) -> None:
+    """ties' trim as the rule is written: ``kthvalue``'s threshold, a bool keep-mask, the tied
+    entries drawn by ``randperm`` over their index order, δ multiplied by the mask (in place)."""
+    flat = delta.view(-1)
+    n = flat.numel()
+    k = max(1, int(density * n))
+    magnitude = flat.abs()
+    threshold = magnitude.kthvalue(n - k + 1).values
+    keep = magnitude > threshold
+    short = k - int(torch.count_nonzero(keep))
+    tied = torch.nonzero(magnitude == threshold).view(-1)
+    if short >= tied.numel():
+        keep[tied] = True
+    else:
+        keep[tied[torch.randperm(tied.numel(), generator=generator)[:short]]] = True
+    flat.mul_(keep)
+
+
+@pytest.mark.parametrize("case", range(4))
+def test_ties_fast_trim_and_blocked_merge_equal_the_rule_bit_for_bit(
+    case: int, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """ties on tensors large enough for the radix select (the cut by ``hardshrink`` with the
+    chosen tied entries put back, the disjoint merge in blocks that cut the tensor unevenly)
+    equals the rule with ``kthvalue``, bool masks and one whole-tensor merge, bit for bit, with
+    its stats; on bf16 deltas (heavy ties at the threshold), signed zeros, NaN, inf and huge values."""
+    import longcat_plugins.fusion.methods as methods
+    from longcat_plugins.fusion.contract import TensorContext
+
+    monkeypatch.setattr(methods, "_BLOCK", 10_007)
+    g = torch.Generator().manual_seed(case)
+    n = int(torch.randint(1 << 15, 50_000, (1,), generator=g))
+    base = (0.02 * torch.randn(n, generator=g)).to(torch.bfloat16).float()
+    experts = [(base + 0.01 * torch.randn(n, generator=g)).to(torch.bfloat16).float() for _ in range(3)]
+    experts = [base + d for d in _with_edge_values([e - base for e in experts], case)]
+    weights = [0.5, -0.3, 0.2] if case % 2 else [0.5, 0.3, 0.2]
+    for density, majority, normalize in [
+        (0.5, "mass", True),
+        (0.2, "count", False),
+        (0.97, "mass", True),
+        (1e-5, "mass", True),
+    ]:
+        ctx = TensorContext("w", case, "w")
+        deltas = [e - base for e in experts]
+        trimmed = []
+        for i, d in enumerate(deltas):
+            _rule_trim(d, density, ctx.generator(i))
+            trimmed.append(float(n - max(1, int(density * n))))
+        contribs = [w * d for w, d in zip(weights, deltas, strict=True)]
+        erased = _rule_erase(contribs, majority)
+        want, divisor = torch.zeros(n), torch.zeros(n)
+        for w, c in zip(weights, contribs, strict=True):
+            want.add_(c)
+            divisor.add_(c != 0, alpha=w)
+        if normalize:
+            want.div_(divisor.masked_fill_(divisor == 0, 1.0))
+        want.add_(base)
+        got, stats = methods.ties(
+            base.clone(),
+            [e.clone() for e in experts],
+            weights,
+            ctx,
+            density=density,
+            majority=majority,
+            normalize=normalize,
+        )
+        assert torch.equal(_bits(got), _bits(want)), (case, density, majority)
+        assert (stats["trimmed"], stats["erased"]) == (trimmed, erased), (case, density)
+
+
+def test_select_counts_and_unsigned_fast_path() -> None:
+    """``_select`` returns ``kthvalue``'s element with the exact counts below and at it, through
+    the radix histograms and through the fall-back; ``unsigned`` (magnitudes) gives the same."""
+    from longcat_plugins.fusion.methods import _select
+
+    for case in range(6):
+        g = torch.Generator().manual_seed(case)
+        n = 40_000 + case
+        values = _with_edge_values(_bf16_deltas(case, n, 2), case)[0].abs()
+        ranks = [1, n, *(int(r) for r in torch.randint(1, n + 1, (10,), generator=g))]
+        for unsigned in (False, True):
+            for rank, got in zip(ranks, _select(values, ranks, unsigned=unsigned), strict=True):
+                want = values.kthvalue(rank).values
+                assert torch.equal(_bits(got.value), _bits(want)), (case, rank)
+                assert got.less == int(torch.count_nonzero(values < want)), (case, rank)
+                assert got.equal == int(torch.count_nonzero(values == want)), (case, rank)
+                assert got.radix == (case % 4 != 2), case  # NaN and inf take the fall-back
+
+
+@pytest.mark.parametrize("nonfinite", [False, True], ids=["finite", "nan-inf"])
+def test_disjoint_merge_weights_before_and_after_the_election(nonfinite: bool, monkeypatch: pytest.MonkeyPatch) -> None:
+    """``before`` (ties' and dare_ties' weights) multiplies the contributions ahead of the sign
+    election, ``after`` (sce's η) once the sign is elected on the unscaled ones: both equal the
+    rule written out with whole tensors and bool masks, bit for bit, in uneven blocks."""
+    import longcat_plugins.fusion.methods as methods
+
+    monkeypatch.setattr(methods, "_BLOCK", 997)
+    for seed, majority in itertools.product(range(3), ["mass", "count"]):
+        base, experts = _adversarial(seed, nonfinite)
+        deltas = [e - base for e in experts]
+        weights, eta = [0.5, -1.0, 0.7], [0.2, 0.5, 0.3]
+        rule = [w * d for w, d in zip(weights, deltas, strict=True)]
+        erased = _rule_erase(rule, majority)
+        want, divisor = torch.zeros_like(base), torch.zeros_like(base)
+        for w, c in zip(weights, rule, strict=True):
+            want.add_(c)
+            divisor.add_(c != 0, alpha=w)
+        want.div_(divisor.masked_fill_(divisor == 0, 1.0))
+        got, got_erased = methods._disjoint_merge([d.clone() for d in deltas], weights, majority, True, before=weights)
+        assert torch.equal(_bits(got), _bits(want)) and got_erased == erased, (seed, majority, "before")
+
+        elected = [d.clone() for d in deltas]
+        mass = torch.zeros_like(base)
+        for c in elected:
+            mass.add_(c)
+        positive = mass >= 0
+        if majority == "count":
+            count = sum(torch.sign(c) for c in elected)
+            positive = torch.where(count == 0, positive, count > 0)
+        want, divisor, erased = torch.zeros_like(base), torch.zeros_like(base), []
+        for h, c in zip(eta, elected, strict=True):
+            c = c * h
+            opposite = torch.where(positive, c < 0, c > 0)
+            erased.append(float(torch.count_nonzero(opposite)))
+            c.masked_fill_(opposite, 0.0)
+            want.add_(c)
+            divisor.add_(c != 0, alpha=h)
+        want.div_(divisor.masked_fill_(divisor == 0, 1.0))
+        got, got_erased = methods._disjoint_merge([d.clone() for d in deltas], eta, majority, True, after=eta)
+        assert torch.equal(_bits(got), _bits(want)) and got_erased == erased, (seed, majority, "after")

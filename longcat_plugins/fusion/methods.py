@@ -15,7 +15,7 @@ they become the config schema and are checked with :func:`typing.get_type_hints`
 """
 
 import math
-from typing import TYPE_CHECKING, Literal
+from typing import TYPE_CHECKING, Literal, NamedTuple
 
 from longcat_plugins.fusion.contract import (
     DELTA_SQ,
@@ -63,7 +63,8 @@ def _erase_against(c: "torch.Tensor", sign: "torch.Tensor", scratch: "torch.Tens
     returns how many. ``scratch``: a float32 buffer of ``c``'s size to reuse.
 
     An entry opposes where ``c · sign < 0`` (exact: ``sign`` is ±1). For finite ``c`` it is
-    multiplied by a 0/1 mask (sign(c · sign) + 1, at most 1): an erased entry becomes a zero
+    multiplied by a 0/1 float mask (``c · sign >= 0`` compared into float32, a third of a bool
+    mask's cost): an erased entry becomes a zero
     whose sign is ``c``'s, which no sum that reaches an output can tell from +0.0 (an erased entry
     implies a non-zero agreeing one; see ``longcat``). An infinite entry would become NaN that
     way, so any non-finite ``c`` takes ``masked_fill_`` (+0.0, the rule as written).
@@ -72,7 +73,7 @@ def _erase_against(c: "torch.Tensor", sign: "torch.Tensor", scratch: "torch.Tens
 
     product = torch.mul(c, sign, out=scratch) if scratch is not None else c * sign
     if math.isfinite(float(c.sum())):
-        keep = product.sign_().add_(1.0).clamp_(max=1.0)
+        keep = torch.ge(product, 0.0, out=product)  # 1.0 where c · sign >= 0 (±0 included), else 0.0
         erased = c.numel() - _count_ones(keep)
         c.mul_(keep)
         return erased
@@ -103,14 +104,14 @@ def _drop(delta: "torch.Tensor", generator: "torch.Generator", p: float) -> int:
     """Keep each element of ``delta`` (in place) where ``torch.rand(shape, generator, float32) >= p``,
     zero the others (× 0.0); returns how many were zeroed.
 
-    The mask is built in float32 (sign(r − p) + 1, at most 1: 1 exactly where r ≥ p, since a
-    rounded difference is zero only when r = p), which costs a third of a bool compare, count
-    and bool multiply; the product is the same as with the bool mask.
+    The mask is the comparison r ≥ p written into the float32 draws (1.0 or 0.0), which costs
+    a third of a bool compare, count and bool multiply (and of the sign(r − p) + 1 chain used
+    before); the product is the same as with the bool mask.
     """
     import torch
 
     keep = torch.rand(delta.shape, generator=generator, dtype=torch.float32)
-    keep.sub_(p).sign_().add_(1.0).clamp_(max=1.0)
+    torch.ge(keep, p, out=keep)
     zeroed = delta.numel() - _count_ones(keep)
     delta.mul_(keep)
     return zeroed
@@ -243,47 +244,90 @@ _INF_TOP = 0x7F80
 _RADIX_MIN = 1 << 15
 
 
+class _Rank(NamedTuple):
+    """What :func:`_select` finds for one rank."""
+
+    value: "torch.Tensor"  # the element at that rank (0-dim)
+    less: int  # elements smaller than it
+    equal: int  # elements equal to it (itself included)
+    radix: bool  # found by the radix select: every value is finite and non-negative (no −0.0)
+
+
 def _kth_smallest(values: "torch.Tensor", ranks: "list[int]") -> "list[torch.Tensor]":
     """For each 1-based rank j, the j-th smallest element of ``values`` as a 0-dim float32 tensor:
-    exactly ``values.reshape(-1).kthvalue(j).values`` (which it falls back to where it cannot
-    prove that), found by a two-level radix select instead of quickselect.
+    exactly ``values.reshape(-1).kthvalue(j).values`` (see :func:`_select`)."""
+    return [r.value for r in _select(values, ranks)]
+
+
+def _select(values: "torch.Tensor", ranks: "list[int]", *, unsigned: bool = False) -> "list[_Rank]":
+    """For each 1-based rank j: the j-th smallest element of ``values`` (exactly
+    ``values.reshape(-1).kthvalue(j).values``), how many elements are smaller and how many equal
+    it, found by a two-level radix select instead of quickselect where that is exact.
 
     The bit patterns of non-negative finite float32 values order as their int32 views do, so a
-    histogram of the top 16 bits (``bincount``: one pass, ~0.4 ns/element) names the bucket that
-    holds rank j, and a histogram of the low 16 bits of that bucket's elements names the value:
-    about a fifth of ``kthvalue``'s time. Negative values (−0.0 included), NaN and inf take
-    ``kthvalue``, whose order they need.
+    histogram of the top 16 bits (``bincount`` of the int16 half of each value: one pass, no
+    shift) names the bucket that holds rank j, and a histogram of the low 16 bits of that
+    bucket's elements names the value: about a fifth of ``kthvalue``'s time. The cumulative
+    histograms give the counts for free (the callers would otherwise compare the whole tensor
+    again). Negative values (−0.0 included), NaN and inf take ``kthvalue`` and comparisons,
+    whose order they need. ``unsigned``: the caller knows no sign bit is set (``abs()``'s
+    output, NaN included), so the histogram's length alone tells whether NaN or inf is present.
     """
+    import sys
+
     import torch
 
     flat = values.reshape(-1)
     if flat.dtype != torch.float32 or flat.numel() < _RADIX_MIN:
-        return [flat.kthvalue(j).values for j in ranks]
+        return [_select_by_kthvalue(flat, j) for j in ranks]
     bits = flat.view(torch.int32)
-    top = bits >> 16
-    least, most = torch.aminmax(top)
-    if int(least) < 0 or int(most) >= _INF_TOP:
-        return [flat.kthvalue(j).values for j in ranks]
-    below = torch.bincount(top).cumsum_(0)  # below[b]: elements whose top bits are <= b
+    top = flat.view(torch.int16)[1::2] if sys.byteorder == "little" else bits >> 16
+    if not unsigned:
+        least, most = torch.aminmax(top)
+        if int(least) < 0 or int(most) >= _INF_TOP:
+            return [_select_by_kthvalue(flat, j) for j in ranks]
+    below = torch.bincount(top)
+    if below.numel() > _INF_TOP:  # NaN or inf present
+        return [_select_by_kthvalue(flat, j) for j in ranks]
+    below = below.cumsum_(0)  # below[b]: elements whose top bits are <= b
     buckets: dict[int, torch.Tensor] = {}
     out = []
     for j in ranks:
         b = int(torch.searchsorted(below, j))  # the first bucket holding rank j
-        rank = j - (int(below[b - 1]) if b else 0)
+        before = int(below[b - 1]) if b else 0
         if b not in buckets:
             buckets[b] = torch.bincount(bits[top == b] & 0xFFFF, minlength=1 << 16).cumsum_(0)
-        low = int(torch.searchsorted(buckets[b], rank))
-        out.append(torch.tensor((b << 16) | low, dtype=torch.int32).view(torch.float32))
+        cum = buckets[b]
+        low = int(torch.searchsorted(cum, j - before))
+        less = before + (int(cum[low - 1]) if low else 0)
+        value = torch.tensor((b << 16) | low, dtype=torch.int32).view(torch.float32)
+        out.append(_Rank(value, less, before + int(cum[low]) - less, True))
     return out
+
+
+def _select_by_kthvalue(flat: "torch.Tensor", rank: int) -> _Rank:
+    """:func:`_select` for one rank by ``kthvalue`` and two comparisons (any dtype, NaN, inf, −0.0)."""
+    import torch
+
+    value = flat.kthvalue(rank).values
+    return _Rank(value, int(torch.count_nonzero(flat < value)), int(torch.count_nonzero(flat == value)), False)
 
 
 def _trim(delta: "torch.Tensor", density: float, generator: "torch.Generator") -> int:
     """Keep the k = ``max(1, int(density·n))`` largest |δ| (all if density ≥ 1, none if 0); returns how many were cut.
 
-    The k-th largest magnitude is found by selection (:func:`_kth_smallest`). Entries tied exactly at it (common with
-    bf16 deltas, which take few distinct values) are chosen uniformly at random with the
-    expert's seeded generator: exactly k kept, reproducible, and no bias towards any region
-    of the matrix (keeping the lowest indices would favour its first rows).
+    The k-th largest magnitude is found by selection (:func:`_select`, which also counts the
+    entries above it and tied with it). Entries tied exactly at it (common with bf16 deltas,
+    which take few distinct values) are chosen uniformly at random with the expert's seeded
+    generator: exactly k kept, reproducible, and no bias towards any region of the matrix
+    (keeping the lowest indices would favour its first rows).
+
+    The cut is one ``hardshrink`` (zero where |δ| ≤ t, in place) with the chosen tied entries put
+    back, where a bool mask costs a compare, a count and a bool multiply. A cut entry becomes
+    +0.0 rather than δ·0 (which keeps δ's sign): no sum that reaches an output starts from an
+    entry (the disjoint merge's starts at +0.0), so the sign of a zero cannot reach it. Non-finite
+    magnitudes (δ·0 is NaN for an infinite δ, and that NaN is the rule's output) and tensors below
+    the radix select's size take the bool mask, as the rule is written.
     """
     import torch
 
@@ -296,17 +340,33 @@ def _trim(delta: "torch.Tensor", density: float, generator: "torch.Generator") -
     k = max(1, int(density * numel))
     flat = delta.view(-1)
     magnitude = flat.abs()
-    (threshold,) = _kth_smallest(magnitude, [numel - k + 1])
-    keep = magnitude > threshold
-    short = k - int(torch.count_nonzero(keep))
+    (rank,) = _select(magnitude, [numel - k + 1], unsigned=True)
+    threshold = rank.value
+    if not rank.radix:  # NaN, inf or a small tensor: the bool mask, as the rule is written
+        keep = magnitude > threshold
+        short = k - int(torch.count_nonzero(keep))
+        tied = torch.nonzero(magnitude == threshold).view(-1)
+        del magnitude
+        if short >= tied.numel():
+            keep[tied] = True
+        else:
+            keep[tied[torch.randperm(tied.numel(), generator=generator)[:short]]] = True
+        del tied
+        flat.mul_(keep)
+        return numel - k
+    short = k - (numel - rank.less - rank.equal)  # how many of the tied entries are kept
+    if short >= rank.equal:  # every tied entry stays: cut |δ| < t, i.e. |δ| <= the float32 below t
+        del magnitude
+        below = float(torch.nextafter(threshold, torch.tensor(-math.inf)))
+        torch.ops.aten.hardshrink.out(flat, below, out=flat)
+        return numel - k
     tied = torch.nonzero(magnitude == threshold).view(-1)
     del magnitude
-    if short >= tied.numel():
-        keep[tied] = True
-    else:
-        keep[tied[torch.randperm(tied.numel(), generator=generator)[:short]]] = True
+    chosen = tied[torch.randperm(tied.numel(), generator=generator)[:short]]
     del tied
-    flat.mul_(keep)
+    kept = flat[chosen]
+    torch.ops.aten.hardshrink.out(flat, float(threshold), out=flat)
+    flat[chosen] = kept
     return numel - k
 
 
@@ -340,11 +400,10 @@ def ties(
 
     _ties_params(density=density, majority=majority)
     trimmed, delta_sq = [], []
-    for i, (w, e) in enumerate(zip(weights, experts, strict=True)):
+    for i, e in enumerate(experts):
         delta_sq.append(_sub_and_norm(e, base))
         trimmed.append(float(_trim(e, density, ctx.generator(i))))
-        e.mul_(w)
-    merged, erased = _disjoint_merge(experts, weights, majority, normalize)
+    merged, erased = _disjoint_merge(experts, weights, majority, normalize, before=weights)  # c_i = w_i · trim(δ_i)
     if scale != 1.0:
         merged.mul_(scale)
     return merged.add_(base), {"trimmed": trimmed, "erased": erased, DELTA_SQ: delta_sq}
@@ -412,34 +471,67 @@ def _sum_scaled(weighted: "list[torch.Tensor]", weights: list[float], normalize:
     return acc
 
 
+#: elements per block of :func:`_disjoint_merge`: its N+4 float32 blocks stay in the caches, where
+#: a pass over a whole 100 MB tensor runs at memory speed (several times slower per element)
+_BLOCK = 1 << 16
+
+
 def _disjoint_merge(
     contribs: "list[torch.Tensor]",
     weights: list[float],
     majority: str,
     normalize: bool,
-    sign: "torch.Tensor | None" = None,
+    *,
+    before: "list[float] | None" = None,
+    after: "list[float] | None" = None,
 ) -> "tuple[torch.Tensor, list[float]]":
     """Σ of the contributions that agree with the majority direction, divided elementwise by the
     weights of the agreeing ones when ``normalize`` (a zero divisor counts as 1); counts erased.
-    ``sign``: the majority direction (±1) when it was elected on other values than ``contribs``.
-    The sum starts at +0.0, so the sign of an erased entry's zero never reaches it."""
+
+    ``before``: factors each contribution is multiplied by first (c_i ← c_i · f_i, as the
+    caller would); ``after``: factors applied after the majority direction is elected on the
+    c_i (sce's η). Block by block (:data:`_BLOCK` elements, every step elementwise, so the
+    output is the whole tensor's), the contributions overwritten.
+
+    An entry c opposes the majority sign s where c · s < 0 (exact: s is ±1); the agreeing part
+    is s · max(c · s, 0): c itself where it agrees (NaN too, as NaN < 0 is false), a zero where
+    it opposes, ±inf handled alike. The sum starts at +0.0, so the sign of an erased entry's
+    zero never reaches it, and s · max(c · s, 0) is added with ``addcmul`` (its product is exact,
+    so fused or not it rounds once, as an add does). A zero entry never counts in the divisor.
+    """
     import torch
 
-    if sign is None:
-        sign = _majority_sign(contribs, majority)
-    merged = torch.zeros_like(contribs[0])
-    divisor = torch.zeros_like(contribs[0]) if normalize else None
-    scratch = torch.empty_like(merged)
-    erased = []
-    for w, c in zip(weights, contribs, strict=True):
-        erased.append(float(_erase_against(c, sign, scratch)))
-        merged.add_(c)
-        if divisor is not None:
-            divisor.add_(c != 0, alpha=w)
-    if divisor is not None:
-        divisor.masked_fill_(divisor == 0, 1.0)
-        merged.div_(divisor)
-    return merged, erased
+    flat = [c.reshape(-1) for c in contribs]
+    n = flat[0].numel()
+    merged = torch.empty(n, dtype=flat[0].dtype)
+    erased = [0] * len(flat)
+    width = min(n, _BLOCK)
+    product, mask = torch.empty(width, dtype=merged.dtype), torch.empty(width, dtype=merged.dtype)
+    divisor = torch.empty(width, dtype=merged.dtype) if normalize else None
+    for a in range(0, n, _BLOCK):
+        b = min(n, a + _BLOCK)
+        blocks = [f[a:b] for f in flat]
+        if before is not None:
+            for c, factor in zip(blocks, before, strict=True):
+                c.mul_(factor)
+        sign = _majority_sign(blocks, majority)
+        if after is not None:
+            for c, factor in zip(blocks, after, strict=True):
+                c.mul_(factor)
+        out, p, m = merged[a:b], product[: b - a], mask[: b - a]
+        out.zero_()
+        d = None if divisor is None else divisor[: b - a].zero_()
+        for i, (w, c) in enumerate(zip(weights, blocks, strict=True)):
+            torch.mul(c, sign, out=p)
+            erased[i] += int(torch.lt(p, 0.0, out=m).sum())
+            p.clamp_(min=0.0)
+            out.addcmul_(p, sign)
+            if d is not None:
+                d.add_(torch.ne(p, 0.0, out=m), alpha=w)
+        if d is not None:
+            d.add_(torch.eq(d, 0.0, out=m))  # a zero divisor counts as 1 (a non-zero one gains + 0.0)
+            out.div_(d)
+    return merged.view(contribs[0].shape), [float(x) for x in erased]
 
 
 @checks_params(_dare_params)
@@ -465,42 +557,47 @@ def dare_ties(
     _dare_params(density=density, majority=majority)
     delta_sq = [_sub_and_norm(e, base) for e in experts]
     dropped = _dare_drop(experts, ctx, density, rescale)
-    for w, e in zip(weights, experts, strict=True):
-        e.mul_(w)
-    merged, erased = _disjoint_merge(experts, weights, majority, normalize)
+    merged, erased = _disjoint_merge(experts, weights, majority, normalize, before=weights)
     if scale != 1.0:
         merged.mul_(scale)
     return merged.add_(base), {"dropped": dropped, "erased": erased, DELTA_SQ: delta_sq}
 
 
-#: elements per slice of :func:`_population_var`'s float64 work (8 MiB per float64 buffer)
-_VAR_CHUNK = 1 << 20
+#: elements per slice of :func:`_population_var`'s float64 work (512 KiB per float64 buffer: its
+#: four buffers stay in the caches)
+_VAR_CHUNK = 1 << 16
 
 
 def _population_var(contribs: "list[torch.Tensor]") -> "torch.Tensor":
     """Σ_i (c_i − mean)² / N per element (flat, float32): bit for bit what
-    ``torch.var(torch.stack(contribs), dim=0, unbiased=False)`` gives on CPU, at a seventh of its
+    ``torch.var(torch.stack(contribs), dim=0, unbiased=False)`` gives on CPU, at a fraction of its
     time and a third of its memory.
 
     That reduction (over a short, strided dim) runs Welford's update in float64 one element at
-    a time, ~100 ns per element; the same update written as float64 tensor ops over slices of
-    a million elements (mean += δ/k; m2 += δ·(x − mean); var = m2 / N, rounded to float32) does
-    the same IEEE operations in the same order (a test compares them on many inputs)."""
+    a time, ~100 ns per element; the same update written as float64 tensor ops over slices
+    (mean += δ/k; m2 += δ·(x − mean); var = m2 / N, rounded to float32) does the same IEEE
+    operations in the same order (a test compares them on many inputs). The float32 inputs enter
+    the float64 ops directly (a mixed-dtype op widens them exactly, as ``.double()`` does), into
+    four reused float64 buffers: no copies, no fresh memory per slice."""
     import torch
 
     flat = [c.reshape(-1) for c in contribs]
     numel = flat[0].numel()
     out = torch.empty(numel, dtype=torch.float32)
+    width = min(numel, _VAR_CHUNK)
+    mean_buf, m2_buf, delta_buf, tmp_buf = (torch.empty(width, dtype=torch.float64) for _ in range(4))
     for a in range(0, numel, _VAR_CHUNK):
         b = min(a + _VAR_CHUNK, numel)
-        x = flat[0][a:b].double()
-        mean = x + 0.0  # Welford's first update from mean = m2 = 0: mean = 0 + x0 (−0.0 becomes +0.0),
-        m2 = torch.zeros_like(mean).add_((x - mean).mul_(x))  # m2 = 0 + x0·(x0 − mean) (NaN for an inf)
+        mean, m2, delta, tmp = mean_buf[: b - a], m2_buf[: b - a], delta_buf[: b - a], tmp_buf[: b - a]
+        x = flat[0][a:b]
+        torch.add(x, 0.0, out=mean)  # Welford's first update from mean = m2 = 0: mean = 0 + x0 (−0.0 becomes +0.0;
+        torch.sub(x, mean, out=tmp).mul_(x)  # x0 + 0.0 is exact in float32 as in float64), m2 = 0 + x0·(x0 − mean)
+        m2.zero_().add_(tmp)  # (NaN for an inf)
         for k, c in enumerate(flat[1:], start=2):
-            x = c[a:b].double()
-            delta = x - mean
-            mean.add_(delta / k)
-            m2.add_(delta.mul_(x.sub_(mean)))
+            x = c[a:b]
+            torch.sub(x, mean, out=delta)
+            mean.add_(torch.div(delta, k, out=tmp))
+            m2.add_(delta.mul_(torch.sub(x, mean, out=tmp)))
         out[a:b] = m2.div_(len(flat))
     return out
 
@@ -515,39 +612,50 @@ def _ranked_ascending(values: "torch.Tensor", generator: "torch.Generator") -> "
     return perm[order]
 
 
-def _rank_band(values: "torch.Tensor", generator: "torch.Generator", low: int, high: int) -> "torch.Tensor":
+def _rank_band(
+    values: "torch.Tensor", generator: "torch.Generator", low: int, high: int, *, unsigned: bool = False
+) -> "torch.Tensor":
     """Mask of the elements of ``values`` (flat) whose ascending rank is in [low, high), equal
     values ranked in a seeded random order: exactly ``_ranked_ascending(values, generator)[low:high]``,
-    found by selection (:func:`_kth_smallest`, O(n)) instead of a full sort. Only the elements
+    found by selection (:func:`_select`, O(n), which counts the elements below and at each edge)
+    instead of a full sort. Only the elements
     tied with a band edge whose block of ranks the edge cuts are ordered, by their position in
-    the same seeded permutation (``perm`` filtered to them); the permutation (a tenth of a
-    second per 10M elements) is drawn only then: nothing else reads the generator, so skipping
-    it changes no output."""
+    the same seeded permutation (``perm`` filtered to them; one gather serves both edges); the
+    permutation (a tenth of a second per 10M elements) is drawn only then: nothing else reads
+    the generator, so skipping it changes no output. ``unsigned``: as in :func:`_select`."""
     import torch
 
     n = values.numel()
-    keep = torch.zeros(n, dtype=torch.bool)
     low, high = max(0, low), min(n, high)
     if high <= low:
-        return keep
+        return torch.zeros(n, dtype=torch.bool)
     flat = values.reshape(-1)
-    lo, hi = _kth_smallest(flat, [low + 1, high])
-    keep |= (flat > lo) & (flat < hi)
-    perm = None
-    for edge in (lo, hi) if bool(lo != hi) else (lo,):
-        tied = flat == edge
-        first = int(torch.count_nonzero(flat < edge))
-        count = int(torch.count_nonzero(tied))
+    edges = _select(flat, [low + 1, high], unsigned=unsigned)  # with how many elements lie below and at each edge
+    lo, hi = edges[0].value, edges[1].value
+    keep = flat > lo
+    keep &= flat < hi
+    cut = []  # the band's slice of the block of each edge it cuts
+    codes = None  # 1 where an element ties with the first such edge, 2 with the second (the blocks are disjoint)
+    for edge in edges if bool(lo != hi) else edges[:1]:
+        first, count = edge.less, edge.equal
         start, stop = max(low, first), min(high, first + count)  # the ranks of the block inside the band
         if stop <= start:
             continue
+        tied = flat == edge.value
         if (start, stop) == (first, first + count):
             keep |= tied
             continue
-        if perm is None:
-            perm = torch.randperm(n, generator=generator, dtype=torch.int32 if n < 1 << 31 else torch.int64)
-        in_order = perm[tied[perm]]  # the tied elements, ranked as the permutation orders them
-        keep[in_order[start - first : stop - first]] = True
+        cut.append((start - first, stop - first))
+        codes = tied.view(torch.uint8) if codes is None else torch.add(codes, tied.view(torch.uint8), alpha=2)
+        del tied
+    if codes is None:
+        return keep
+    perm = torch.randperm(n, generator=generator, dtype=torch.int32 if n < 1 << 31 else torch.int64)
+    ranked = codes[perm]  # one gather for both edges: the codes in the permutation's order
+    del codes
+    for code, (a, b) in enumerate(cut, start=1):
+        in_order = perm[ranked == code]  # the tied elements, ranked as the permutation orders them
+        keep[in_order[a:b]] = True
     return keep
 
 
@@ -589,7 +697,7 @@ def breadcrumbs(
         k, t = int(density * n), int(gamma * n)
         if density < 1.0 or t > 0:
             low = max(0, n - k - t)
-            keep = _rank_band(e.view(-1).abs(), ctx.generator(i), low, low + k)
+            keep = _rank_band(e.view(-1).abs(), ctx.generator(i), low, low + k, unsigned=True)
             e.view(-1).mul_(keep)
             cut.append(float(n - min(k, n)))
         else:
@@ -645,8 +753,6 @@ def sce(
     energy = [float(torch.linalg.vector_norm(e)) ** 2 for e in experts]
     total = sum(energy)
     eta = [x / total for x in energy] if total > 0 else [1.0 / n] * n
-    sign = _majority_sign(experts, majority)  # elected on the c_i, before the η weighting
-    for e, h in zip(experts, eta, strict=True):
-        e.mul_(h)
-    merged, erased = _disjoint_merge(experts, eta, majority, normalize=True, sign=sign)
+    # the majority direction is elected on the c_i, before the η weighting
+    merged, erased = _disjoint_merge(experts, eta, majority, normalize=True, after=eta)
     return merged.add_(base), {"unselected": unselected, "erased": erased, DELTA_SQ: delta_sq}
