@@ -270,6 +270,25 @@ def test_the_recipe_composes_the_tool_task_with_the_system() -> None:
     assert problems == []
 
 
+def test_the_demo_overrides_compose_with_the_recipe(tmp_path: Any) -> None:
+    from longcat_plugins.config import compose, validate_config
+    from longcat_plugins.learning.demos import SYSTEM_TOOL_PROMPT_TOKENS, tool_system_demo
+    from longcat_plugins.learning.warmstart import WarmStart
+    from longcat_plugins.runtime.launch import resolve_config
+
+    warm = WarmStart(
+        *(tmp_path / n for n in ("root", "model", "train", "val")), base=tmp_path / "base", sft=tmp_path / "sft"
+    )
+    demo = tool_system_demo(warm, 8)
+    cfg = compose(resolve_config(demo.config), demo.overrides)
+    assert cfg.data.max_prompt_length == SYSTEM_TOOL_PROMPT_TOKENS and cfg.trainer.total_training_steps == 8
+    assert cfg.actor_rollout_ref.model.path == str(warm.model) and cfg.data.train_files == str(warm.train)
+    loop = cfg.longcat.settings.environment.longcat_tool_agent
+    assert loop.reward_in_loop is False and loop.noise_curriculum.enabled is False and loop.format_weight == 0
+    problems, _ = validate_config(cfg)
+    assert problems == []
+
+
 @pytest.mark.parametrize(
     ("overrides", "expect"),
     [
@@ -287,3 +306,16 @@ def test_a_verification_that_cannot_run_under_the_tool_recipe_exits_2_before_ray
     bad = run_cli("validate", TOOL, *overrides)
     assert bad.returncode == 2, bad.stdout + bad.stderr
     assert expect in " ".join((bad.stdout + bad.stderr).split()), bad.stdout + bad.stderr
+
+
+def test_the_tool_evidence_stays_absent_when_its_component_is_idle() -> None:
+    from longcat_plugins.evaluation.system import TOOL_EVIDENCE, TOOL_SYSTEM, components_active
+
+    rubric, verify = "longcat/reward/scored/tool_rubric", "longcat/selfverify/verify_samples"
+    assert components_active([{rubric: 0.0, verify: 0.0}], list(TOOL_EVIDENCE)) == []
+    # verification trained in another step than any rubric-scored episode: not the coupling's evidence
+    assert components_active([{rubric: 8.0}, {verify: 4.0}], list(TOOL_EVIDENCE)) == ["tool_rubric"]
+    assert components_active([{rubric: 8.0, verify: 4.0}], list(TOOL_EVIDENCE)) == list(TOOL_EVIDENCE)
+    assert set(TOOL_EVIDENCE) < set(TOOL_SYSTEM)
+    with pytest.raises(ValueError, match="no evidence defined for component"):
+        components_active([], ["tool_rubrik"])
