@@ -319,3 +319,21 @@ def test_the_tool_evidence_stays_absent_when_its_component_is_idle() -> None:
     assert set(TOOL_EVIDENCE) < set(TOOL_SYSTEM)
     with pytest.raises(ValueError, match="no evidence defined for component"):
         components_active([], ["tool_rubrik"])
+
+
+@pytest.mark.parametrize(
+    ("args", "expect"),
+    [
+        (["--init", "random"], "--recipe longcat_tool runs on its warm start"),
+        (["--rollout", "vllm"], "--recipe longcat_tool runs on the hf rollout only"),
+        (["--trainer", "legacy"], "--recipe longcat_tool runs the v1 trainer"),
+    ],
+)
+def test_the_demo_refuses_what_the_tool_system_cannot_run_before_building_anything(
+    args: list[str], expect: str, tmp_path: Any
+) -> None:
+    from conftest import run_cli
+
+    bad = run_cli("demo", "--recipe", "longcat_tool", "--cache-dir", str(tmp_path), *args)
+    assert bad.returncode == 2 and expect in bad.stderr, bad.stdout + bad.stderr
+    assert not list(tmp_path.iterdir())  # nothing built
