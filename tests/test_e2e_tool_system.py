@@ -97,17 +97,26 @@ def test_tool_episodes_train_under_dora_scored_by_their_rubric_through_the_route
     assert not any(s.get("longcat/selfverify/verify_samples", 0) > 0 for s in steps)
 
 
+@pytest.fixture(scope="session")
+def tool_demo_verdict_warm() -> WarmStart:
+    """The demo's tool warm start (``DEMO_PLAN``: the one ``demo --recipe longcat_tool`` builds), plus verdicts."""
+    from longcat_plugins.learning.tool_verdicts import ensure_verdict_warm_start
+    from longcat_plugins.learning.tool_warmstart import demo_plan, ensure_tool_warm_start
+
+    return ensure_verdict_warm_start(ensure_tool_warm_start(None, demo_plan("tiny")))
+
+
 @pytest.mark.skip(
-    reason="needs a tool warm start that meets whole rubrics when sampling: the lane's meets none (0 of 40 "
-    "sampled episodes on its training tasks), so online filtering drops every group and no step completes; "
-    "the demo's warm start (tool_warmstart.DEMO_PLAN, ~18 min to build) has not been run here"
+    reason="never run: it needs a tool warm start that meets whole rubrics when sampling; the lane's met none in a "
+    "sampled probe on its training tasks, so online filtering dropped every group and no step completed; the "
+    "demo's warm start used here has not been run with this recipe"
 )
 def test_the_tool_system_recipe_runs_with_every_component_acting(
-    tool_verdict_warm: WarmStart, tmp_path: Path, ray_tmp: Path
+    tool_demo_verdict_warm: WarmStart, tmp_path: Path, ray_tmp: Path
 ) -> None:
     from longcat_plugins.evaluation.system import _ALL, TOOL_SYSTEM, components_active
 
-    steps = train(tool_verdict_warm, STEPS, tmp_path / "run", ray_tmp)
+    steps = train(tool_demo_verdict_warm, STEPS, tmp_path / "run", ray_tmp)
     trained = [s for s in steps if "actor/pg_loss" in s]
     active = components_active(steps, TOOL_SYSTEM)
     shown = [{k: v for k, v in s.items() if k.startswith(SHOWN)} for s in trained]
