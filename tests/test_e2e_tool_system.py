@@ -77,10 +77,10 @@ def test_tool_episodes_train_under_dora_scored_by_their_rubric_through_the_route
     """What acts whatever the policy's success: DORA's versions, the triplet-clip objective with
     truncated IS, replay, the planner's budget and oversampling (into groups ``longcat_grpo``
     normalises apart), the verification phase starting on the flat reward, and the episodes
-    scored by ``tool_rubric`` through the router (the loop left the rubric to the reward manager). Online filtering is off here: the lane's warm start
-    never meets a whole rubric (``learning/tool_probe.py``: 0 of 40 sampled episodes on its own
-    training tasks, never the right arguments), so every group scores alike and the filter would
-    drop and regenerate each one for as long as the run lasts."""
+    scored by ``tool_rubric`` through the router (the loop left the rubric to the reward manager).
+    Online filtering is off here: the lane's warm start met no whole rubric in a sampled probe on
+    its own training tasks (``learning/tool_probe.py``), so every group scores alike and the
+    filter would drop and regenerate each one for as long as the run lasts."""
     from longcat_plugins.evaluation.system import _ALL, components_active
 
     steps = train(
