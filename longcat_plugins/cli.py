@@ -14,7 +14,7 @@ from longcat_plugins import __version__
 from longcat_plugins.console import console, err_console, esc, progress_bar
 from longcat_plugins.host import Host, set_host
 from longcat_plugins.learning.demos import RECIPES as DEMO_RECIPES
-from longcat_plugins.learning.demos import TOOL_WARM_DEMO_STEPS, WARM_DEMO_STEPS
+from longcat_plugins.learning.demos import SYSTEM_TOOL_DEMO_STEPS, TOOL_WARM_DEMO_STEPS, WARM_DEMO_STEPS
 from longcat_plugins.selection import Selection
 
 
@@ -381,7 +381,11 @@ def assets(size: str, seed: int, cache_dir: str | None) -> None:
 
 
 @main.command(context_settings={"ignore_unknown_options": True})
-@click.option("--steps", type=int, help="GRPO steps to train (default: 12 on a warm start, 20 on tool_agent's, else 5)")
+@click.option(
+    "--steps",
+    type=int,
+    help="GRPO steps to train (default: 12 on a warm start, 20 on tool_agent's, 8 on longcat_tool's, else 5)",
+)
 @click.option("--size", type=SIZE_CHOICES, help="model size (default: tiny; tiny32 with --rollout vllm)")
 @ROLLOUT_OPTION
 @click.option("--trainer", "trainer_kind", type=click.Choice(["v1", "legacy"]), default="v1", show_default=True)
@@ -395,7 +399,7 @@ def assets(size: str, seed: int, cache_dir: str | None) -> None:
 @click.option(
     "--init",
     type=click.Choice(["warm", "random"]),
-    help="warm: start from an SFT warm start (the default of arithmetic, tool_agent and code_agent; tool_agent's first run builds it, ~18 min); random: a random-init model",
+    help="warm: start from an SFT warm start (the default of arithmetic, tool_agent, code_agent, longcat and longcat_tool; the tool recipes' first run builds it, ~18 min); random: a random-init model",
 )
 @click.option("--out", type=click.Path(file_okay=False), help="run directory (default: ./outputs/demo-<time>)")
 @click.option("--cache-dir", type=click.Path(file_okay=False), help="where the tiny assets are built")
@@ -416,9 +420,9 @@ def demo(
     from pathlib import Path
 
     from longcat_plugins.learning.assets import ensure_assets
-    from longcat_plugins.learning.demos import ARITHMETIC_WARM, WARM_RECIPES, prepare_demo
+    from longcat_plugins.learning.demos import ARITHMETIC_WARM, WARM_ONLY, WARM_RECIPES, prepare_demo
 
-    if recipe in ("dora", "longcat") and trainer_kind == "legacy":
+    if recipe in ("dora", *WARM_ONLY) and trainer_kind == "legacy":
         err_console.print(
             f"[red]--recipe {recipe} runs the v1 trainer (trainer.v1.trainer_mode=dora); drop --trainer legacy[/]"
         )
@@ -428,11 +432,16 @@ def demo(
     if init == "warm" and recipe not in WARM_RECIPES:
         err_console.print(f"[red]--init warm: recipe {recipe!r} has no warm start yet; use --init random[/]")
         sys.exit(2)
-    if recipe == "longcat" and init != "warm":
-        err_console.print("[red]--recipe longcat runs on the arithmetic warm start; drop --init random[/]")
+    if recipe in WARM_ONLY and init != "warm":
+        err_console.print(f"[red]--recipe {recipe} runs on its warm start; drop --init random[/]")
+        sys.exit(2)
+    if rollout == "vllm" and recipe == "longcat_tool":
+        err_console.print("[red]--recipe longcat_tool runs on the hf rollout only (no CPU-vLLM twin yet)[/]")
         sys.exit(2)
     if steps is None:
-        warm_steps = TOOL_WARM_DEMO_STEPS if recipe == "tool_agent" else WARM_DEMO_STEPS
+        warm_steps = {"tool_agent": TOOL_WARM_DEMO_STEPS, "longcat_tool": SYSTEM_TOOL_DEMO_STEPS}.get(
+            recipe, WARM_DEMO_STEPS
+        )
         steps = warm_steps if init == "warm" else 5
     cache = Path(cache_dir) if cache_dir else None
     if init == "warm" and recipe in ARITHMETIC_WARM:
@@ -446,7 +455,7 @@ def demo(
         with console.status(f"building the {size} model, tokenizer and {recipe} data (once)"):
             built = ensure_assets(cache, size=size)
     preparing = f"preparing the {recipe} demo's data (once)"
-    if init == "warm" and recipe == "tool_agent":
+    if init == "warm" and recipe in ("tool_agent", "longcat_tool"):
         preparing = f"building the {size} tool-use warm start (once: environments, verl SFT; ~18 min on 2 cores)"
     with console.status(preparing):
         prepared = prepare_demo(recipe, built, steps, init=init)
@@ -461,7 +470,7 @@ def demo(
         f"trainer.use_v1={'true' if trainer_kind == 'v1' else 'false'}",
     ]
     result = _train(prepared.config, demo_overrides + list(overrides), out, steps)
-    if recipe == "tool_agent" and init == "warm":
+    if recipe in ("tool_agent", "longcat_tool") and init == "warm":
         from longcat_plugins.learning.tool_warmstart import held_out_success
 
         success = held_out_success(result.steps)

@@ -192,3 +192,12 @@ def test_gpu_recipes_differ_from_their_vllm_lane_twins_only_in_runtime_keys() ->
         differ = sorted(k for k in set(a) | set(b) if a.get(k) != b.get(k))
         left = [k for k in differ if not any(k == p or k.startswith(p + ".") for p in runtime)]
         assert left == [], f"{gpu} and {twin}+runtime=cpu_vllm differ beyond runtime keys: {left}"
+
+    # the tool variant's twins differ exactly where the arithmetic system's do (the machine: dora_cpu
+    # against dora_gpu), so its GPU twin is the CPU recipe with the same runtime keys changed
+    def diff(gpu: str, cpu: str) -> dict[str, tuple[object, object]]:
+        a, b = flat(to_plain(compose(resolve_config(gpu)))), flat(to_plain(compose(resolve_config(cpu))))
+        return {k: (a.get(k), b.get(k)) for k in set(a) | set(b) if a.get(k) != b.get(k)}
+
+    system, tool = diff("longcat_gpu", "longcat"), diff("longcat_tool_gpu", "longcat_tool")
+    assert system and tool == system, sorted(k for k in set(tool) | set(system) if tool.get(k) != system.get(k))

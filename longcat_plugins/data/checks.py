@@ -20,6 +20,8 @@ from longcat_plugins.data.strategy import problems_for
 BUDGETED_AGENT_LOOP = "longcat_single_turn"
 #: the reward manager that routes samples to rewards by data source
 ROUTER = "longcat_router"
+#: the multi-turn tool-use loop (its episodes' rubric is the truth self-verification judges against)
+TOOL_AGENT_LOOP = "longcat_tool_agent"
 
 
 def planned_settings(config: DictConfig) -> DataSettings | None:
@@ -58,9 +60,41 @@ def strategy_problems(config: DictConfig, settings: DataSettings, trainer: str) 
             )
     if settings.selfverify.enable:
         problems += _verdict_reward_problems(config)
+        problems += _verify_loop_problems(config, settings)
         if settings.quotas.enable:
             problems.append(f"{SETTINGS_PATH}.selfverify: not combined with quotas yet (turn one off)")
     problems += problems_for(settings.strategies, trainer, f"{SETTINGS_PATH}.strategies")
+    return problems
+
+
+def verify_agent_loop(config: Any, settings: DataSettings) -> str:
+    """The agent loop A6's verification rows run in: ``selfverify.agent_loop`` or the run's default."""
+    default = OmegaConf.select(config, "actor_rollout_ref.rollout.agent.default_agent_loop", default=None)
+    return settings.selfverify.agent_loop or str(default or "single_turn_agent")
+
+
+def _verify_loop_problems(config: DictConfig, settings: DataSettings) -> list[str]:
+    """Verification rows are single-turn prompts: their loop must be one (a multi-turn episode
+    loop would run the copied row's environment task, never the verification prompt), and next
+    to tool episodes the episodes must be scored by the reward manager, as the verdicts are."""
+    from longcat_plugins.data.settings import VERIFY_AGENT_LOOPS
+
+    problems = []
+    loop = verify_agent_loop(config, settings)
+    if loop not in VERIFY_AGENT_LOOPS:
+        problems.append(
+            f"{SETTINGS_PATH}.selfverify.agent_loop: verification rows are single-turn, but they would run in "
+            f"{loop!r} (actor_rollout_ref.rollout.agent.default_agent_loop); name one of {list(VERIFY_AGENT_LOOPS)}"
+        )
+    default = OmegaConf.select(config, "actor_rollout_ref.rollout.agent.default_agent_loop", default=None)
+    if default == TOOL_AGENT_LOOP:
+        key = f"longcat.settings.environment.{TOOL_AGENT_LOOP}.reward_in_loop"
+        if OmegaConf.select(config, key, default=True) is not False:
+            problems.append(
+                f"{key}: {SETTINGS_PATH}.selfverify next to tool episodes needs reward_in_loop: false (the episodes "
+                f"scored by reward.reward_manager like the verdicts, e.g. {ROUTER} routing them to 'tool_rubric'; "
+                "a batch half scored in the loop and half by the reward manager has two shapes of reward info)"
+            )
     return problems
 
 
@@ -89,4 +123,4 @@ def _verdict_reward_problems(config: DictConfig) -> list[str]:
     return []
 
 
-__all__ = ["BUDGETED_AGENT_LOOP", "planned_settings", "strategy_problems"]
+__all__ = ["BUDGETED_AGENT_LOOP", "TOOL_AGENT_LOOP", "planned_settings", "strategy_problems", "verify_agent_loop"]

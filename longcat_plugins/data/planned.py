@@ -39,6 +39,8 @@ logger = logging.getLogger(__name__)
 GROUP_KEY = "longcat_group"
 MAX_TOKENS_KEY = "longcat_max_tokens"
 ROLLOUT_N_KEY = "__rollout_n__"
+#: the per-row agent loop verl's agent-loop worker runs (``default_agent_loop`` where absent)
+AGENT_KEY = "agent_name"
 
 
 def problem_text(raw_prompt: Any) -> str:
@@ -187,6 +189,10 @@ class PlannedData:
         self.problems: dict[str, str] = {}
         self.verify_uids: set[str] = set()
         self.verify_truncated = 0
+        #: the loop the verification rows run in, and the one main rows without ``agent_name`` run in
+        agent = config.actor_rollout_ref.rollout.get("agent", None) or {}
+        self.default_loop = str(agent.get("default_agent_loop", None) or "single_turn_agent")
+        self.verify_loop = sv.agent_loop or self.default_loop
 
     # -- rows -----------------------------------------------------------------------------------
 
@@ -209,6 +215,8 @@ class PlannedData:
                 self.verification_rows(take(pool, [plan[0].row]), plan[0].max_tokens, step) if verify and plan else None
             )
             if extra is not None:
+                if AGENT_KEY in extra and AGENT_KEY not in batch:  # one column for both: verl reads it per row
+                    batch[AGENT_KEY] = objects([self.default_loop] * len(plan))
                 batch = concat([batch, extra])
         return batch
 
@@ -258,6 +266,9 @@ class PlannedData:
         rows[GROUP_KEY] = objects([f"selfverify:{j.task}#{i}" for i, j in enumerate(judged)])
         if max_tokens is not None:
             rows[MAX_TOKENS_KEY] = objects([max_tokens] * len(judged))
+        if AGENT_KEY in rows or self.verify_loop != self.default_loop:
+            # a copied tool row names its episode loop: the verification prompt is single-turn
+            rows[AGENT_KEY] = objects([self.verify_loop] * len(judged))
         for i, (uid, j) in enumerate(zip(uids, judged, strict=True)):
             self.group_refs[uid] = GroupRef(uid, f"selfverify:{j.task}", VERIFY_SOURCE, step, i)
             self.verify_uids.add(uid)

@@ -170,6 +170,10 @@ class QuotaSettings:
             _fail("quotas.tolerance", f"must be in [0, 1], got {self.tolerance!r}")
 
 
+#: the agent loops a verification row may run in: verl's single-turn loop and ours (D6's budget)
+VERIFY_AGENT_LOOPS = ("single_turn_agent", "longcat_single_turn")
+
+
 @dataclass(frozen=True)
 class SelfVerifySettings:
     """A6: on a reward plateau, the policy judges its own recent rollouts in the same batch.
@@ -186,6 +190,11 @@ class SelfVerifySettings:
         recent_steps: candidate solutions come from the main rollouts of the last this many steps.
         prompt: the verification prompt; ``{problem}`` and ``{solution}`` are filled in.
         correct / incorrect: the only two responses that count as a verdict (whole response).
+        agent_loop: the agent loop the verification rows run in (their ``agent_name``), one of
+            :data:`VERIFY_AGENT_LOOPS`; empty: the run's ``default_agent_loop``. A run whose
+            main rows are multi-turn episodes (``longcat_tool_agent``) names a single-turn loop
+            here: a verification is one answer to one prompt, and the episode's loop would run
+            the row's environment task instead of the verification prompt.
     """
 
     enable: bool = False
@@ -202,8 +211,15 @@ class SelfVerifySettings:
     )
     correct: str = "Verdict: correct."
     incorrect: str = "Verdict: incorrect."
+    agent_loop: str = ""
 
     def __post_init__(self) -> None:
+        if self.agent_loop and self.agent_loop not in VERIFY_AGENT_LOOPS:
+            _fail(
+                "selfverify.agent_loop",
+                f"verification rows are single-turn: one of {list(VERIFY_AGENT_LOOPS)} (or empty: the run's "
+                f"default_agent_loop), got {self.agent_loop!r}",
+            )
         if self.window < 1:
             _fail("selfverify.window", f"must be >= 1 step, got {self.window}")
         if self.tasks < 2 or self.tasks % 2:

@@ -24,6 +24,7 @@ from longcat_plugins.environments.curriculum_service import (
     resume_dir,
     service_name,
 )
+from longcat_plugins.environments.episode_reward import EPISODE_KEY
 from longcat_plugins.environments.episodes import AGENT_NAME, open_episode
 from longcat_plugins.rewards.plain import plain
 from longcat_plugins.rewards.result import ERROR_KEY, VALID_KEY, scored
@@ -64,6 +65,12 @@ class ToolAgentSettings(ContextSettings):
     noise_curriculum: CurriculumSettings = field(default_factory=CurriculumSettings)
     #: one training output per context segment (v1 trainer); False: the final segment only
     segments_as_outputs: bool = True
+    #: True: the loop scores the episode (``reward_score``). False: it leaves the episode's reward
+    #: record in the sample's ``extra_fields["longcat_episode"]`` and verl's reward loop scores the
+    #: sample through ``reward.reward_manager`` (the ``tool_rubric`` reward reads the record), so a
+    #: batch that mixes tool episodes with other rows (self-verification's single-turn rows) is
+    #: scored by one reward manager, e.g. ``longcat_router`` routing each row by its data source
+    reward_in_loop: bool = True
 
     def __post_init__(self) -> None:
         super().__post_init__()
@@ -87,6 +94,17 @@ class ToolAgentSettings(ContextSettings):
         if self.noise_curriculum.enabled and self.noise_level >= 0:
             raise ValueError(
                 f"noise_level ({self.noise_level}) and noise_curriculum are exclusive: the curriculum picks the level"
+            )
+        if (
+            not self.reward_in_loop
+            and self.segments_as_outputs
+            and (self.discard_turns or self.summary_threshold_tokens)
+        ):
+            # verl's reward loop scores a trajectory's last output only: every segment must be scored here
+            raise ValueError(
+                "reward_in_loop=false scores one output per episode: set segments_as_outputs=false, or "
+                f"discard_turns=0 (got {self.discard_turns}) and summary_threshold_tokens=0 "
+                f"(got {self.summary_threshold_tokens})"
             )
         if self.tool_parser not in ToolParser._registry:
             raise ValueError(
@@ -492,6 +510,10 @@ class LongcatToolAgentLoop(AgentLoopBase):
         kept = [s for s in segments if s.response_mask]
         if not self.multi_output:
             kept = kept[-1:]
+        in_loop = self.settings.reward_in_loop
+        # deferred: the record the ``tool_rubric`` reward scores (verl hands extra_fields to the
+        # reward manager inside extra_info); the env_* counts of ``info`` are not carried then
+        record = {"score": reward, "success": float(bool(outcome.success)), "tool_calls": float(stats.tool_calls)}
         outputs = []
         for i, seg in enumerate(kept):
             response_ids = seg.response_ids[: self.response_length]
@@ -499,16 +521,19 @@ class LongcatToolAgentLoop(AgentLoopBase):
                 **stats.server_extra,
                 "turn_scores": [],
                 "tool_rewards": [],
-                "reward_extra_info": dict(info),
                 "longcat_segment": {"index": i, "count": len(kept), "ending": seg.ending},
             }
+            if in_loop:
+                extra["reward_extra_info"] = dict(info)
+            else:
+                extra[EPISODE_KEY] = dict(record)
             outputs.append(
                 AgentLoopOutput(
                     prompt_ids=seg.prompt_ids,
                     response_ids=response_ids,
                     response_mask=seg.response_mask[: self.response_length],
                     response_logprobs=seg.response_logprobs[: self.response_length] if seg.response_logprobs else None,
-                    reward_score=reward,
+                    reward_score=reward if in_loop else None,
                     num_turns=seg.model_turns + seg.other_turns + 1,
                     metrics={**stats.timing, "num_preempted": -1},
                     extra_fields=extra,

@@ -5,7 +5,8 @@ and never change a decision. :func:`components_active` names the components of t
 system (``configs/longcat.yaml``) whose own metrics show that they acted in ``steps`` (the
 run's metrics records), each by evidence that is absent or zero when the component is off or
 idle: the bench (``bench/bench_system.py``) records it per run, and the system's end-to-end
-test requires every one.
+test requires every one. The tool variant (``configs/longcat_tool.yaml``) adds what only it has
+(:data:`TOOL_EVIDENCE`, named in :data:`TOOL_SYSTEM`).
 """
 
 from __future__ import annotations
@@ -73,13 +74,36 @@ EVIDENCE: dict[str, tuple[str, Callable[[Steps], bool]]] = {
 }
 
 
+def _together(*checks: Callable[[Steps], bool]) -> Callable[[Steps], bool]:
+    """Every check holds in one and the same step."""
+    return lambda steps: any(all(check([s]) for check in checks) for s in steps)
+
+
+#: what only the tool variant has: its episodes scored by their rubric through the reward manager
+#: (the ``tool_rubric`` route), and verification samples trained in a step whose episodes were
+#: rubric-scored (the truth the verdicts are paid against is that rubric score)
+TOOL_EVIDENCE: dict[str, tuple[str, Callable[[Steps], bool]]] = {
+    "tool_rubric": (
+        "tool episodes were scored by their rubric through the router",
+        _positive("longcat/reward/scored/tool_rubric"),
+    ),
+    "selfverify_tool": (
+        "verification samples were trained beside rubric-scored episodes",
+        _together(_positive("longcat/selfverify/verify_samples"), _positive("longcat/reward/scored/tool_rubric")),
+    ),
+}
+#: the components of the tool variant, in order
+TOOL_SYSTEM = (*EVIDENCE, *TOOL_EVIDENCE)
+_ALL = {**EVIDENCE, **TOOL_EVIDENCE}
+
+
 def components_active(steps: Steps, components: Sequence[str] | None = None) -> list[str]:
     """The components (of ``components``, default all of :data:`EVIDENCE`) that acted, in order."""
     names = list(EVIDENCE) if components is None else list(components)
-    unknown = sorted(set(names) - set(EVIDENCE))
+    unknown = sorted(set(names) - set(_ALL))
     if unknown:
-        raise ValueError(f"no evidence defined for component(s) {unknown}; known: {list(EVIDENCE)}")
-    return [name for name in names if EVIDENCE[name][1](steps)]
+        raise ValueError(f"no evidence defined for component(s) {unknown}; known: {list(_ALL)}")
+    return [name for name in names if _ALL[name][1](steps)]
 
 
-__all__ = ["EVIDENCE", "components_active"]
+__all__ = ["EVIDENCE", "TOOL_EVIDENCE", "TOOL_SYSTEM", "components_active"]

@@ -16,6 +16,9 @@ locally built data it needs, so every family can be seen end to end on a laptop.
 - ``longcat``: the paper's system in one recipe (``longcat.yaml``): DORA with staleness, the
   triplet-clip objective, the step planner's strategies under DORA, self-verification and the
   reward router, on the arithmetic warm start.
+- ``longcat_tool``: the same system on the tool environment (``longcat_tool.yaml``): tool
+  episodes of ``longcat_tool_agent`` judged by self-verification against their rubric score, on
+  the tool warm start that also writes verdicts (:mod:`.tool_verdicts`).
 
 Data is built once under the assets' cache directory, atomically, so an interrupted build
 leaves nothing half-written behind.
@@ -44,12 +47,18 @@ RECIPES: dict[str, tuple[str, str]] = {
         "longcat",
         "the paper's system: DORA, triplet clip, data strategies, self-verification, the reward router",
     ),
+    "longcat_tool": (
+        "longcat_tool",
+        "the paper's system on tool episodes: self-verification judged by the rubric, the router",
+    ),
 }
 
 #: the recipes that start from the arithmetic warm start
 ARITHMETIC_WARM = ("arithmetic", "longcat")
 #: the recipes that have a warm start (their default ``--init``)
-WARM_RECIPES = (*ARITHMETIC_WARM, "tool_agent", "code_agent")
+WARM_RECIPES = (*ARITHMETIC_WARM, "tool_agent", "code_agent", "longcat_tool")
+#: the recipes that run only on a warm start
+WARM_ONLY = ("longcat", "longcat_tool")
 #: prompt tokens of the system recipe: the verification prompts (problem + candidate + "Right?")
 #: reach 34 on the arithmetic task
 SYSTEM_PROMPT_TOKENS = 40
@@ -140,6 +149,15 @@ def prepare_demo(recipe: str, built: Assets, steps: int, init: str = "random") -
 
         size = json.loads((built.root / "assets.json").read_text()).get("size", "tiny")
         return tool_warm_demo(ensure_tool_warm_start(built.root.parent, demo_plan(size)), steps)
+    elif recipe == "longcat_tool":
+        if init != "warm":
+            raise ValueError("recipe 'longcat_tool' runs on the tool warm start; use --init warm")
+        from longcat_plugins.learning.tool_verdicts import ensure_verdict_warm_start
+        from longcat_plugins.learning.tool_warmstart import demo_plan, ensure_tool_warm_start
+
+        size = json.loads((built.root / "assets.json").read_text()).get("size", "tiny")
+        warm = ensure_tool_warm_start(built.root.parent, demo_plan(size))
+        return tool_system_demo(ensure_verdict_warm_start(warm), steps)
     elif recipe == "code_agent" and init == "warm":
         from longcat_plugins.learning import code_warmstart
 
@@ -176,6 +194,35 @@ def tool_warm_demo(warm: ToolWarmStart, steps: int) -> Demo:
 
     overrides = [f"trainer.total_training_steps={steps}", f"trainer.save_freq={steps}", *warm_overrides(warm, steps)]
     return Demo(RECIPES["tool_agent"][0], overrides)
+
+
+#: the tool system recipe's prompt limit: a verification prompt (the task's message, a whole
+#: episode's response, "Right?") reaches ~270 tokens with the tool warm start's tokenizer
+SYSTEM_TOOL_PROMPT_TOKENS = 320
+#: the tool system recipe trains on this many tasks, so that tasks recur within a few steps and
+#: their own rubric pass rates (not the prior) drive the budget (D4) and the curriculum (D3)
+SYSTEM_TOOL_TRAIN_TASKS = 32
+#: the tool system demo's default length: the plateau detector needs 2 x window steps before a
+#: verification phase can start
+SYSTEM_TOOL_DEMO_STEPS = 8
+
+
+def tool_system_demo(warm: ToolWarmStart, steps: int) -> Demo:
+    """``longcat_tool.yaml`` on ``warm`` (a tool warm start that writes verdicts): the tool demo's
+    training overrides (its batch, lr, fp32, clean noise-free episodes, greedy held-out
+    validation), a prompt limit that fits the verification prompts, a small recurring task set."""
+    from longcat_plugins.learning.tool_warmstart import warm_overrides
+
+    mine = ("data.max_prompt_length=",)
+    overrides = [o for o in warm_overrides(warm, steps) if not o.startswith(mine)]
+    overrides += [
+        f"trainer.total_training_steps={steps}",
+        f"trainer.save_freq={steps}",
+        f"data.max_prompt_length={SYSTEM_TOOL_PROMPT_TOKENS}",
+        f"data.train_max_samples={SYSTEM_TOOL_TRAIN_TASKS}",
+        "trainer.total_epochs=100",  # the steps decide the length
+    ]
+    return Demo(RECIPES["longcat_tool"][0], overrides)
 
 
 def _tool_agent_data(out: Path) -> tuple[Path, Path]:

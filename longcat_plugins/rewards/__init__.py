@@ -96,6 +96,15 @@ def components() -> list[Component]:
         )
         for name, module, fn, config, summary in functions
     ]
+    # the tool environment's rubric, for a reward manager that scores tool episodes (the
+    # longcat_tool_agent loop with reward_in_loop=false, or verl's tool_agent + EnvironmentTool)
+    out.append(
+        RewardFunction(
+            "tool_rubric",
+            "longcat_plugins.environments.episode_reward:compute_score",
+            summary="The tool episode's rubric reward, from the record its agent loop left (1.0 = every item met).",
+        )
+    )
     out += evaluation_components()
     out.append(
         RewardGuard(
