@@ -91,10 +91,9 @@ def test_tool_episodes_train_under_dora_scored_by_their_rubric_through_the_route
     assert active == acting, {name: _ALL[name][0] for name in acting if name not in active}
     rewards = [s["critic/score/mean"] for s in steps if "critic/score/mean" in s]
     assert rewards and all(0.0 <= r <= 1.0 for r in rewards), rewards  # rubric scores, none invalid
-    # the reward stayed flat, so a verification phase started; with no episode meeting its whole
-    # rubric there is no (incorrect, correct) pair to judge, so it added no rows
+    # the reward stayed flat, so a verification phase started (whether it had an (incorrect,
+    # correct) pair to judge depends on the policy: the lane's warm start rarely meets a rubric)
     assert any(s.get("longcat/selfverify/phase_started", 0) > 0 for s in steps)
-    assert not any(s.get("longcat/selfverify/verify_samples", 0) > 0 for s in steps)
 
 
 @pytest.fixture(scope="session")

@@ -44,6 +44,19 @@ class SFTConfig:
     #: training steps in all; None: every epoch over the data (``epochs`` x batches per epoch)
     total_steps: int | None = None
 
+    @classmethod
+    def for_steps(cls, rows: int, steps: int, batch_size: int, lr: float, max_length: int, seed: int) -> SFTConfig:
+        """``steps`` updates over ``rows`` samples: enough whole epochs to reach them, cut at ``steps``."""
+        per_epoch = max(1, rows // batch_size)
+        return cls(
+            epochs=-(-steps // per_epoch),
+            lr=lr,
+            batch_size=batch_size,
+            max_length=max_length,
+            seed=seed,
+            total_steps=steps,
+        )
+
     def key(self) -> str:
         """A short, filesystem-safe tag of these values (for cache directory names)."""
         steps = "" if self.total_steps is None else f"-t{self.total_steps}"

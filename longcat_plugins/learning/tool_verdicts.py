@@ -157,15 +157,7 @@ def ensure_verdict_warm_start(warm: WarmStart, plan: VerdictPlan | None = None) 
         data = rows + judged
         random.Random(f"order-{plan.seed}").shuffle(data)
         pd.DataFrame(data).to_parquet(tmp / "sft.parquet")
-        per_epoch = max(1, len(data) // plan.batch_size)
-        config = SFTConfig(
-            epochs=-(-plan.sft_steps // per_epoch),
-            lr=plan.lr,
-            batch_size=plan.batch_size,
-            max_length=plan.max_length,
-            seed=plan.seed,
-            total_steps=plan.sft_steps,
-        )
+        config = SFTConfig.for_steps(len(data), plan.sft_steps, plan.batch_size, plan.lr, plan.max_length, plan.seed)
         run_sft(warm.model, tmp / "sft.parquet", tmp / "model", config, overrides=SFT_SCHEDULE)
         meta = {"warm_start": str(warm.root), **plan.__dict__, "sft_rows": len(data), "verdict_rows": len(judged)}
         (tmp / "warmstart.json").write_text(json.dumps(meta, indent=2))

@@ -117,14 +117,8 @@ class WarmStartPlan(AgentPlan):
     def sft_config(self, rows: int) -> SFTConfig:
         """verl SFT hyperparameters for ``rows`` trajectories: whole trajectories in each sample,
         ``sft_steps`` updates (enough epochs over the data to reach them)."""
-        per_epoch = max(1, rows // self.sft_batch_size)
-        return SFTConfig(
-            epochs=-(-self.sft_steps // per_epoch),
-            lr=self.sft_lr,
-            batch_size=self.sft_batch_size,
-            max_length=self.sft_max_length,
-            seed=self.seed,
-            total_steps=self.sft_steps,
+        return SFTConfig.for_steps(
+            rows, self.sft_steps, self.sft_batch_size, self.sft_lr, self.sft_max_length, self.seed
         )
 
 
