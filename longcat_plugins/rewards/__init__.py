@@ -102,7 +102,7 @@ def components() -> list[Component]:
         RewardFunction(
             "tool_rubric",
             "longcat_plugins.environments.episode_reward:compute_score",
-            summary="The tool episode's rubric reward, from the record its agent loop left (1.0 = every item met).",
+            summary="verl reward function: the episode's rubric score (1.0 = every rubric item met).",
         )
     )
     out += evaluation_components()
