@@ -17,6 +17,7 @@ import math
 import os
 import re
 import time
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -118,8 +119,18 @@ def test_weight_sender_times_out_naming_the_socket(monkeypatch: pytest.MonkeyPat
     assert time.monotonic() - start < 10
 
 
+@pytest.fixture
+def restored_environ() -> Iterator[None]:
+    """This process's environment as it was: verl's server ``__init__`` (``CUDA_VISIBLE_DEVICES``,
+    ``VERL_REPLICA_RANK``, ...) and vLLM write it, and every later test's subprocess inherits it."""
+    saved = dict(os.environ)
+    yield
+    os.environ.clear()
+    os.environ.update(saved)
+
+
 def test_dora_server_stops_a_request_and_continues_it_from_its_prefix_on_a_real_engine(
-    assets32: Assets, monkeypatch: pytest.MonkeyPatch
+    assets32: Assets, monkeypatch: pytest.MonkeyPatch, restored_environ: None
 ) -> None:
     """``DoraVLLMServer`` on a real vLLM engine, without Ray: verl's own ``vLLMHttpServer.__init__``
     builds the server from a real ``RolloutConfig``; the engine verl's ``launch_server`` would
