@@ -407,6 +407,16 @@ def _adversarial(seed: int, nonfinite: bool) -> tuple[torch.Tensor, list[torch.T
     return base, experts
 
 
+def _rule_sum(contribs: list[torch.Tensor], weights: list[float], normalize: bool = True) -> torch.Tensor:
+    """The disjoint merge as written: the sum of the kept contributions, divided (``normalize``) by
+    the weights of those non-zero at each entry (1 where none is)."""
+    want, divisor = torch.zeros_like(contribs[0]), torch.zeros_like(contribs[0])
+    for w, c in zip(weights, contribs, strict=True):
+        want.add_(c)
+        divisor.add_(c != 0, alpha=w)
+    return want.div_(divisor.masked_fill_(divisor == 0, 1.0)) if normalize else want
+
+
 def _rule_erase(contribs: list[torch.Tensor], majority: str) -> list[float]:
     """The erase rule as written (float32, bool masks): zero c_i where its sign opposes the majority."""
     mass = torch.zeros_like(contribs[0])
@@ -621,13 +631,7 @@ def test_ties_fast_trim_and_blocked_merge_equal_the_rule_bit_for_bit(
             trimmed.append(float(n - max(1, int(density * n))))
         contribs = [w * d for w, d in zip(weights, deltas, strict=True)]
         erased = _rule_erase(contribs, majority)
-        want, divisor = torch.zeros(n), torch.zeros(n)
-        for w, c in zip(weights, contribs, strict=True):
-            want.add_(c)
-            divisor.add_(c != 0, alpha=w)
-        if normalize:
-            want.div_(divisor.masked_fill_(divisor == 0, 1.0))
-        want.add_(base)
+        want = _rule_sum(contribs, weights, normalize).add_(base)
         got, stats = methods.ties(
             base.clone(),
             [e.clone() for e in experts],
@@ -674,11 +678,7 @@ def test_disjoint_merge_weights_before_and_after_the_election(nonfinite: bool, m
         weights, eta = [0.5, -1.0, 0.7], [0.2, 0.5, 0.3]
         rule = [w * d for w, d in zip(weights, deltas, strict=True)]
         erased = _rule_erase(rule, majority)
-        want, divisor = torch.zeros_like(base), torch.zeros_like(base)
-        for w, c in zip(weights, rule, strict=True):
-            want.add_(c)
-            divisor.add_(c != 0, alpha=w)
-        want.div_(divisor.masked_fill_(divisor == 0, 1.0))
+        want = _rule_sum(rule, weights)
         got, got_erased = methods._disjoint_merge([d.clone() for d in deltas], weights, majority, True, before=weights)
         assert torch.equal(_bits(got), _bits(want)) and got_erased == erased, (seed, majority, "before")
 
