@@ -224,6 +224,49 @@ def test_groups_the_sampler_dropped_are_forgotten() -> None:
     assert set(trainer.planned.group_refs) == set(uids[:3])
 
 
+def test_groups_online_filtering_dropped_still_teach_the_pass_rates_and_the_verification_phase() -> None:
+    """DORA's D1 drops all-correct and all-wrong groups untrained; the planner still learns their
+    outcomes (pass rates), and a dropped verification group's verdicts are judged."""
+    from types import SimpleNamespace
+
+    from longcat_plugins.data.selfverify import Judged
+
+    settings = DataSettings(budget={"enable": True}, selfverify={"enable": True, "tasks": 2, "window": 1})
+    trainer, dispatch = _dora_like(settings)
+    planned = trainer.planned
+    planned.selfverify.active = True
+    planned.selfverify.pool = [
+        Judged("a", 1, "What is 1 + 1?", "3", False, 0.5),
+        Judged("b", 1, "What is 2 + 2?", "4", True, 0.5),
+    ]
+    trainer._verify_due = True
+    batch = trainer._planned_batch(dispatch.plan(set()))
+    uids = [str(u) for u in batch["uid"]]
+    planned.tokenizer = SimpleNamespace(pad_token_id=0, decode=lambda ids, **_: "")  # reads no response here
+    verify = sorted(planned.verify_uids)
+    main = [u for u in uids if u not in planned.verify_uids]
+    tasks = {u: planned.group_refs[u].task for u in main}
+    # three groups left the queue before the planner looked (set aside), one after (still known)
+    assert planned.retain(set(uids) - {main[0], *verify}) == 3
+    filtered = {main[0]: (1.0, 1.0), main[1]: (0.0, 0.0), verify[0]: (1.0,) * 4, verify[1]: (-0.5,) * 4}
+
+    class EmptyTQ:
+        def kv_batch_get(self, **_: Any) -> dict[str, list]:
+            return {"rm_scores": [], "responses": []}
+
+    trained = SimpleNamespace(keys=[], tags=[], partition_id="train")
+    metrics = planned.observe(EmptyTQ(), trained, set(), 2, filtered=filtered)
+    stats = planned.planner.stats
+    assert (stats.attempts[tasks[main[0]]], stats.successes[tasks[main[0]]]) == (2, 2)
+    assert (stats.attempts[tasks[main[1]]], stats.successes[tasks[main[1]]]) == (2, 0)
+    assert metrics["longcat/data/filtered_groups_observed"] == 2.0
+    assert metrics["longcat/data/trained_groups"] == 0.0  # they are not what was trained
+    assert metrics["longcat/selfverify/verify_filtered"] == 8.0 and metrics["longcat/selfverify/verify_samples"] == 0.0
+    assert metrics["longcat/selfverify/verify_accuracy"] == 0.5
+    assert planned.selfverify.active, "no verification sample trained: not a phase step"
+    assert not planned.gone and main[1] not in planned.group_refs and not planned.verify_uids
+
+
 def test_dora_checkpoints_the_groups_in_flight_with_the_planner() -> None:
     import json
 

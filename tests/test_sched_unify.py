@@ -210,6 +210,9 @@ def test_online_filter_drops_no_signal_groups_and_counts_them(tq: FakeTQ) -> Non
     assert metrics["dora/filtered_groups/all_correct"] == 1.0 and metrics["dora/filtered_groups/all_wrong"] == 1.0
     assert metrics["training/filter_groups/evicted_samples"] == 2, "verl's own filter accounting saw them"
     assert not any(k.startswith(("A", "B")) for k in tq.store["train"])
+    # their outcomes are kept for the trainer's planner (pass rates, verdicts), once
+    assert buffer.take_filtered() == {uid: tuple(pool[uid]) for uid in dropped}
+    assert buffer.take_filtered() == {}
 
     # the next batch starts counting afresh
     for uid in ("F", "G"):

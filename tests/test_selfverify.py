@@ -154,6 +154,40 @@ def test_phase_ends_early_once_verification_is_learned_and_the_pool_keeps_recent
     assert m["longcat/selfverify/phase_ended"] == 1.0 and {j.step for j in sv.pool} == {2, 3}
 
 
+def test_a_phase_counts_only_steps_that_trained_verification_and_judges_filtered_groups() -> None:
+    """Under DORA a phase's prompts train a step or more after they are issued, and online
+    filtering drops a verification group whose verdicts all agree: such steps are not phase
+    steps, but the dropped groups' verdicts are judged."""
+    sv = SelfVerification(SelfVerifySettings(enable=True, window=1, max_steps=1, exit_accuracy=0.8, wait_steps=3))
+    sv.observe(1, [0.5], [], make_rollouts(1))
+    assert sv.observe(2, [0.5], [], make_rollouts(2))["longcat/selfverify/phase_started"] == 1.0
+    m = sv.observe(3, [0.5], [], make_rollouts(3))  # the phase's prompts are still in flight
+    assert sv.active and m["longcat/selfverify/phase_ended"] == 0.0 and "longcat/selfverify/verify_samples" not in m
+    # a constant verdict on a pair: both groups dropped as no-signal, judged at one half
+    m = sv.observe(4, [0.5], [], make_rollouts(4), verify_filtered=[1.0] * 4 + [-0.5] * 4)
+    assert sv.active and m["longcat/selfverify/verify_accuracy"] == 0.5
+    assert m["longcat/selfverify/verify_samples"] == 0.0 and m["longcat/selfverify/verify_filtered"] == 8.0
+    m = sv.observe(5, [0.5], [1.0, -0.5, 1.0, -0.5], make_rollouts(5), verify_filtered=[-0.5] * 4)
+    assert m["longcat/selfverify/verify_samples"] == 4.0 and m["longcat/selfverify/verify_accuracy"] == 0.25
+    assert m["longcat/selfverify/phase_ended"] == 1.0 and m["longcat/selfverify/phase_expired"] == 0.0
+
+
+def test_a_phase_whose_verification_never_trains_expires_after_wait_steps() -> None:
+    sv = SelfVerification(SelfVerifySettings(enable=True, window=1, max_steps=2, wait_steps=2))
+    sv.observe(1, [0.5], [], make_rollouts(1))
+    sv.observe(2, [0.5], [], make_rollouts(2))
+    assert sv.active
+    assert sv.observe(3, [0.5], [], make_rollouts(3))["longcat/selfverify/phase_ended"] == 0.0
+    m = sv.observe(4, [0.5], [], make_rollouts(4))
+    assert not sv.active and m["longcat/selfverify/phase_expired"] == 1.0 and sv.phase_steps == 0
+    # a dropped group judged all right ends a phase as learned, not expired
+    sv = SelfVerification(SelfVerifySettings(enable=True, window=1, max_steps=3, exit_accuracy=0.8, wait_steps=3))
+    sv.observe(1, [0.5], [], make_rollouts(1))
+    sv.observe(2, [0.5], [], make_rollouts(2))
+    m = sv.observe(3, [0.5], [], make_rollouts(3), verify_filtered=[1.0] * 8)
+    assert not sv.active and m["longcat/selfverify/phase_expired"] == 0.0 and m["longcat/selfverify/phase_ended"] == 1.0
+
+
 def test_state_round_trips() -> None:
     settings = SelfVerifySettings(enable=True, window=2)
     sv = SelfVerification(settings)
@@ -184,6 +218,7 @@ def test_the_reward_scores_verdicts_and_passes_other_samples_to_the_main_reward(
         ({"tasks": 0}, "selfverify.tasks"),
         ({"tasks": 3}, "selfverify.tasks: must be an even number"),
         ({"exit_accuracy": 1.5}, "selfverify.exit_accuracy"),
+        ({"wait_steps": 0}, "selfverify.wait_steps"),
         ({"prompt": "Judge: {solution}"}, "selfverify.prompt: has no {problem} slot"),
         ({"correct": "yes", "incorrect": "yes"}, "selfverify.correct"),
         ({"widow": 2}, "selfverify.widow"),

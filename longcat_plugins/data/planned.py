@@ -21,7 +21,7 @@ from __future__ import annotations
 import logging
 import math
 import uuid
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 import numpy as np
@@ -188,6 +188,8 @@ class PlannedData:
         self.selfverify = SelfVerification(sv) if sv.enable else None
         self.problems: dict[str, str] = {}
         self.verify_uids: set[str] = set()
+        #: groups that left the queue untrained since the last observe: uid -> (group, verification?)
+        self.gone: dict[str, tuple[GroupRef, bool]] = {}
         self.verify_truncated = 0
         #: the loop the verification rows run in, and the one main rows without ``agent_name`` run in
         agent = config.actor_rollout_ref.rollout.get("agent", None) or {}
@@ -275,20 +277,34 @@ class PlannedData:
         return rows
 
     def retain(self, live: set[str]) -> int:
-        """Forget the groups that left verl's queue untrained (a streaming trainer's sampler drops
-        filtered and stale groups without a word to the planner); returns how many."""
+        """Set aside the groups that left verl's queue untrained (a streaming trainer's sampler
+        drops filtered and stale groups without a word to the planner) until the next
+        :meth:`observe`, which learns from those that online filtering dropped; returns how many."""
         gone = [uid for uid in self.group_refs if uid not in live]
         for uid in gone:
-            del self.group_refs[uid]
+            self.gone[uid] = (self.group_refs.pop(uid), uid in self.verify_uids)
             self.problems.pop(uid, None)
             self.verify_uids.discard(uid)
         return len(gone)
 
     # -- learning from the trained batch --------------------------------------------------------
 
-    def observe(self, tq: Any, batch: Any, replayed: set[str], step: int) -> dict[str, float]:
+    def observe(
+        self,
+        tq: Any,
+        batch: Any,
+        replayed: set[str],
+        step: int,
+        filtered: Mapping[str, Sequence[float]] | None = None,
+    ) -> dict[str, float]:
         """Rewards and lengths of the trained groups of ``batch`` (a TransferQueue
-        ``KVBatchMeta``, read through ``tq``) -> planner and verification phase; their metrics."""
+        ``KVBatchMeta``, read through ``tq``) -> planner and verification phase; their metrics.
+
+        ``filtered``: the rewards of the groups online filtering dropped since the last step (by
+        uid; DORA's sampler). They are not trained, but their outcomes count: a main group's
+        rewards move its task's pass rate (else the all-correct and all-wrong prompts that
+        budget allocation and oversampling exist for would never be seen), and a verification
+        group's verdicts are judged (a group without signal is one whose verdicts all agree)."""
         fields = ["rm_scores"] if self.selfverify is None else ["rm_scores", "responses"]
         data = tq.kv_batch_get(keys=batch.keys, partition_id=batch.partition_id, select_fields=fields)
         scores = list(data["rm_scores"])
@@ -328,9 +344,24 @@ class PlannedData:
                 for r, text in zip(rewards, responses, strict=True)
                 if r is not None and text.strip()
             ]
-        metrics = self.planner.observe(results)
+        dropped: list[GroupResult] = []
+        verify_dropped: list[float] = []
+        for uid, rewards in (filtered or {}).items():
+            ref, verifies = self.gone.pop(uid, (None, False))
+            if ref is None and uid in self.group_refs:  # dropped, and not yet set aside by retain
+                ref, verifies = self.group_refs.pop(uid), uid in self.verify_uids
+                self.problems.pop(uid, None)
+                self.verify_uids.discard(uid)
+            if ref is None:
+                continue
+            if verifies:
+                verify_dropped += [float(r) for r in rewards if math.isfinite(r)]
+            else:
+                dropped.append(GroupResult(ref.task, ref.group, [r if math.isfinite(r) else None for r in rewards], []))
+        self.gone = {}
+        metrics = self.planner.observe(results, filtered=dropped)
         if self.selfverify is not None:
-            metrics.update(self.selfverify.observe(step, main_rewards, verify_rewards, judged))
+            metrics.update(self.selfverify.observe(step, main_rewards, verify_rewards, judged, verify_dropped))
             if verify_rewards:
                 metrics["longcat/selfverify/truncated_prompts"] = float(self.verify_truncated)
             said = [v for v in verdicts if v is not None]

@@ -268,10 +268,20 @@ class DataPlanner:
 
     # -- learning from the trained groups ------------------------------------------------------
 
-    def observe(self, groups: Sequence[GroupResult], historical: Mapping[str, float] | None = None) -> dict[str, float]:
-        """Fold the trained groups in (sorted, so the order TransferQueue returns them in does not matter)."""
+    def observe(
+        self,
+        groups: Sequence[GroupResult],
+        historical: Mapping[str, float] | None = None,
+        filtered: Sequence[GroupResult] = (),
+    ) -> dict[str, float]:
+        """Fold the trained groups in (sorted, so the order TransferQueue returns them in does not
+        matter). ``filtered``: groups online filtering dropped untrained; they move their tasks'
+        pass rates only (not the step's accuracy, curriculum, lengths or strategies, which
+        describe what was trained)."""
         s = self.settings
         historical = historical or {}
+        for g in sorted(filtered, key=lambda g: (g.task, g.group)):
+            self.stats.observe(g.task, g.rewards, s.correct_threshold, historical.get(g.task))
         ordered = sorted(groups, key=lambda g: (g.task, g.group, g.replayed))
         accs, zero_var, lengths = [], 0, []
         for g in ordered:
@@ -288,6 +298,7 @@ class DataPlanner:
         metrics: dict[str, float] = {
             f"{PREFIX}/zero_variance_group_frac": zero_var / len(ordered) if ordered else 0.0,
             f"{PREFIX}/trained_groups": float(len(ordered)),
+            f"{PREFIX}/filtered_groups_observed": float(len(filtered)),
             f"{PREFIX}/trained_samples": float(sum(len(g.rewards) for g in ordered)),
         }
         fresh_tokens = sum(sum(g.lengths) for g in ordered if not g.replayed)

@@ -11,9 +11,12 @@ verdict. Candidates come from the hardest recent tasks first (the report: "verif
 emphasized on challenging cases"), in pairs of one incorrect and one correct solution, so that
 a constant verdict is right on half of them at most (a mean reward of 0.25 against 1 for judging).
 
-The phase ends by its own rule: after ``max_steps`` steps, or earlier once a step's
-verification accuracy reaches ``exit_accuracy`` (verification has been learned); the detector
-then starts a fresh history, so a new phase needs ``2 × window`` new steps of stagnation.
+The phase ends by its own rule: after ``max_steps`` steps that trained verification samples, or
+earlier once a step's verification accuracy reaches ``exit_accuracy`` (verification has been
+learned), or once ``wait_steps`` of its steps in a row trained none (a streaming trainer trains
+a prompt a step or more after issuing it, and its online filter drops a verification group whose
+verdicts all agree: no signal); the detector then starts a fresh history, so a new phase needs
+``2 × window`` new steps of stagnation.
 """
 
 from __future__ import annotations
@@ -126,6 +129,7 @@ class SelfVerification:
         self.pool: list[Judged] = []
         self.active = False
         self.phase_steps = 0
+        self.waited = 0
         self.phases = 0
 
     def prompt(self, judged: Judged) -> str:
@@ -138,9 +142,15 @@ class SelfVerification:
         return pick_candidates(self.pool, self.settings.tasks if k is None else k)
 
     def observe(
-        self, step: int, main_rewards: Sequence[float], verify_rewards: Sequence[float], rollouts: Sequence[Judged]
+        self,
+        step: int,
+        main_rewards: Sequence[float],
+        verify_rewards: Sequence[float],
+        rollouts: Sequence[Judged],
+        verify_filtered: Sequence[float] = (),
     ) -> dict[str, float]:
-        """One trained step: the main rewards feed the detector, the verification rewards the
+        """One trained step: the main rewards feed the detector, the verification rewards (trained,
+        and ``verify_filtered``: judged, but dropped by online filtering for want of signal) the
         phase's end rule, the main rollouts the candidate pool. Returns ``longcat/selfverify/*``."""
         s = self.settings
         metrics: dict[str, float] = {f"{PREFIX}/phase": float(self.active)}
@@ -148,28 +158,35 @@ class SelfVerification:
         mean_reward = sum(finite) / len(finite) if finite else 0.0
         metrics[f"{PREFIX}/main_reward"] = mean_reward
         verify_acc = None
-        if verify_rewards:
-            verify_acc = sum(r == REWARD_RIGHT for r in verify_rewards) / len(verify_rewards)
+        judged = [*verify_rewards, *verify_filtered]
+        if judged:
+            verify_acc = sum(r == REWARD_RIGHT for r in judged) / len(judged)
             metrics[f"{PREFIX}/verify_accuracy"] = verify_acc
-            metrics[f"{PREFIX}/verify_unparseable"] = sum(r == REWARD_UNPARSEABLE for r in verify_rewards) / len(
-                verify_rewards
-            )
+            metrics[f"{PREFIX}/verify_unparseable"] = sum(r == REWARD_UNPARSEABLE for r in judged) / len(judged)
             metrics[f"{PREFIX}/verify_samples"] = float(len(verify_rewards))
+            metrics[f"{PREFIX}/verify_filtered"] = float(len(verify_filtered))
         self.pool = [j for j in self.pool if j.step > step - s.recent_steps] + [
             j for j in rollouts if j.step > step - s.recent_steps
         ]
-        started = ended = False
+        started = ended = expired = False
         if self.active:
-            self.phase_steps += 1
-            if self.phase_steps >= s.max_steps or (verify_acc is not None and verify_acc >= s.exit_accuracy):
+            if verify_rewards:
+                self.phase_steps += 1
+                self.waited = 0
+            else:
+                self.waited += 1
+            expired = self.waited >= s.wait_steps
+            learned = verify_acc is not None and verify_acc >= s.exit_accuracy
+            if self.phase_steps >= s.max_steps or learned or expired:
                 self.active, ended = False, True
                 self.detector.reset()
         elif self.detector.observe(mean_reward) and self.pool:
             self.active, started = True, True
-            self.phase_steps = 0
+            self.phase_steps = self.waited = 0
             self.phases += 1
         metrics[f"{PREFIX}/phase_started"] = float(started)
         metrics[f"{PREFIX}/phase_ended"] = float(ended)
+        metrics[f"{PREFIX}/phase_expired"] = float(expired)
         metrics[f"{PREFIX}/phase_next"] = float(self.active)
         metrics[f"{PREFIX}/phases"] = float(self.phases)
         metrics[f"{PREFIX}/pool"] = float(len(self.pool))
@@ -181,6 +198,7 @@ class SelfVerification:
             "pool": [asdict(j) for j in self.pool],
             "active": self.active,
             "phase_steps": self.phase_steps,
+            "waited": self.waited,
             "phases": self.phases,
         }
 
@@ -189,6 +207,7 @@ class SelfVerification:
         self.pool = [Judged(**j) for j in state["pool"]]
         self.active = bool(state["active"])
         self.phase_steps = int(state["phase_steps"])
+        self.waited = int(state.get("waited", 0))
         self.phases = int(state["phases"])
 
 

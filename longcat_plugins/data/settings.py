@@ -185,8 +185,12 @@ class SelfVerifySettings:
         tasks: verification prompts added to a step of the phase (each ``rollouts`` samples,
             0: ``actor_rollout_ref.rollout.n``); an even number: they come in pairs of one
             incorrect and one correct rollout.
-        max_steps: the phase ends after this many steps ...
-        exit_accuracy: ... or earlier, once a step's verification accuracy reaches this.
+        max_steps: the phase ends after this many steps that trained verification samples ...
+        exit_accuracy: ... or earlier, once a step's verification accuracy reaches this (over
+            every verification sample judged in the step, trained or dropped by online filtering) ...
+        wait_steps: ... or once this many of its steps in a row trained no verification sample
+            (under a streaming trainer its prompts train a step or more after they are issued,
+            and online filtering drops a group whose verdicts all agree; or no pair to judge).
         recent_steps: candidate solutions come from the main rollouts of the last this many steps.
         prompt: the verification prompt; ``{problem}`` and ``{solution}`` are filled in.
         correct / incorrect: the only two responses that count as a verdict (whole response).
@@ -204,6 +208,7 @@ class SelfVerifySettings:
     rollouts: int = 0
     max_steps: int = 3
     exit_accuracy: float = 0.8
+    wait_steps: int = 3
     recent_steps: int = 2
     prompt: str = (
         "Problem: {problem}\nCandidate solution: {solution}\n"
@@ -227,6 +232,7 @@ class SelfVerifySettings:
         if self.rollouts < 0:
             _fail("selfverify.rollouts", f"must be >= 0 (0: rollout.n), got {self.rollouts}")
         _at_least("selfverify.max_steps", self.max_steps, 1)
+        _at_least("selfverify.wait_steps", self.wait_steps, 1)
         if not 0.0 <= self.exit_accuracy <= 1.0:
             _fail("selfverify.exit_accuracy", f"must be in [0, 1], got {self.exit_accuracy!r}")
         _at_least("selfverify.recent_steps", self.recent_steps, 1)

@@ -98,6 +98,7 @@ class FinishedGroup:
     domain: str | None
     verdict: str | None
     mean_reward: float | None
+    rewards: tuple[float, ...] = ()
 
 
 def _rng_state(state: Any) -> tuple:
@@ -159,6 +160,10 @@ class DoraReplayBuffer(ReplayBufferAsync):
         self._finished_groups: dict[str, dict[str, FinishedGroup]] = {}
         self._filtered_since_sample: Counter[str] = Counter()
         self._filtered_domains_since_sample: Counter[str] = Counter()
+        #: D1: the rewards of the groups online filtering dropped since the trainer last took them
+        #: (:meth:`take_filtered`): they are not trained, but their outcomes are what the step
+        #: planner's pass rates and the verification phase must still learn from
+        self._filtered_rewards: dict[str, tuple[float, ...]] = {}
         self._batch_domains: Counter[str] = Counter()
         self._batch_balanced: bool | None = None
         #: the trainer's dispatch hooks: called on every poll while a batch is awaited (capacity
@@ -283,7 +288,7 @@ class DoraReplayBuffer(ReplayBufferAsync):
                 else None
             )
             mean = float(np.mean(group_rewards)) if group_rewards else None
-            cache[uid] = FinishedGroup(domains.get(uid), verdict, mean)
+            cache[uid] = FinishedGroup(domains.get(uid), verdict, mean, tuple(group_rewards or ()))
         return cache
 
     def _dapo_filtered_keys(self, partition_id: str) -> tuple[set[str], Counter]:
@@ -304,6 +309,7 @@ class DoraReplayBuffer(ReplayBufferAsync):
             group = groups.get(uid)
             if group is not None and group.verdict is not None:
                 self._filtered_since_sample[group.verdict] += 1
+                self._filtered_rewards[uid] = group.rewards
                 if group.domain is not None:
                     self._filtered_domains_since_sample[group.domain] += 1
         stale, filtered, failed, _ = eviction_reasons
@@ -315,6 +321,12 @@ class DoraReplayBuffer(ReplayBufferAsync):
         finally:
             kept, self._keep_trajectories = self._keep_trajectories, set()
             self._buffer(partition_id, kept)
+
+    def take_filtered(self) -> dict[str, tuple[float, ...]]:
+        """The rewards of every group online filtering dropped since the last call, by group uid
+        (and forget them)."""
+        taken, self._filtered_rewards = self._filtered_rewards, {}
+        return taken
 
     def _clear_groups(self, partition_id: str, uids: set[str]) -> None:
         """verl's eviction; groups kept for replay lose only their prompt key (their trajectory

@@ -589,7 +589,10 @@ class DoraTrainer(PPOTrainerSeparateAsync):
         the quota, and the freed capacity is refilled at once (not at the next step)."""
         planner = self.planner
         if self.planned is not None:
-            self._data_metrics.update(self.planned.observe(verl_replay_buffer.tq, batch, set(), self.global_steps))
+            filtered = self.replay_buffer.take_filtered() if isinstance(self.replay_buffer, DoraReplayBuffer) else {}
+            self._data_metrics.update(
+                self.planned.observe(verl_replay_buffer.tq, batch, set(), self.global_steps, filtered=filtered)
+            )
             self._verify_due = self.planned.selfverify is not None
         if self.dora.oversampling_max > 1:
             data = verl_replay_buffer.tq.kv_batch_get(
