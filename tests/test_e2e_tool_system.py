@@ -105,12 +105,6 @@ def tool_demo_verdict_warm() -> WarmStart:
     return ensure_verdict_warm_start(ensure_tool_warm_start(None, demo_plan("tiny")))
 
 
-@pytest.mark.skip(
-    reason="fails: on the demo's warm start + verdicts (one run, 5 steps) DORA, the objective, online filtering, "
-    "replay, the curriculum and tool_rubric acted, and verification phases started, but no verification sample "
-    "was trained, so the router scored one route, and budget gave every task the same rollouts; on the lane's "
-    "warm start no episode meets its whole rubric and no step completes with online filtering on"
-)
 def test_the_tool_system_recipe_runs_with_every_component_acting(
     tool_demo_verdict_warm: WarmStart, tmp_path: Path, ray_tmp: Path
 ) -> None:
