@@ -5,7 +5,10 @@ clip + truncated IS + ``longcat_grpo`` with incomplete-signal masking, the step 
 allocation, oversampling and curriculum under DORA, online filtering, replay, self-verification
 and the reward router) on the arithmetic warm start, exactly as ``longcat-plugins demo --recipe
 longcat`` runs it, per seed; ``--recipes longcat,arithmetic`` adds the plain demo (sync GRPO)
-on the same warm start and seeds as the reference.
+on the same warm start and seeds as the reference. ``--recipes longcat_tool`` runs the tool
+variant (``configs/longcat_tool.yaml``) as ``demo --recipe longcat_tool`` does, on the tool warm
+start continued on verdicts, its held-out accuracy the rubric's on the demo's validation tasks
+and its components those of :data:`~longcat_plugins.evaluation.system.TOOL_SYSTEM`.
 
 Per run: greedy held-out exact match before training and after the last step (verl's
 ``val-core`` metric), ``wall_s`` (the sum of verl's ``timing_s/step``: training only, no start-up
@@ -39,13 +42,13 @@ from provenance import REPO, provenance
 from training_run import seed_overrides, train_or_raise
 
 #: recipe -> the trainer it runs
-TRAINERS = {"longcat": "dora", "arithmetic": "sync"}
+TRAINERS = {"longcat": "dora", "arithmetic": "sync", "longcat_tool": "dora"}
 
 
 def run(recipe: str, seed: int, steps: int, work: Path, test_freq: int | None, target: float) -> dict:
     """One demo run of ``recipe`` on ``seed``; ``test_freq`` replaces the demo's validation
     interval (``None``: the demo's own)."""
-    from longcat_plugins.evaluation.system import components_active
+    from longcat_plugins.evaluation.system import EVIDENCE, TOOL_SYSTEM, components_active
     from longcat_plugins.learning.arithmetic_warmstart import ensure_warm_start
     from longcat_plugins.learning.demos import SYSTEM_VERDICTS, prepare_demo
     from longcat_plugins.runtime.launch import resolve_config
@@ -71,6 +74,7 @@ def run(recipe: str, seed: int, steps: int, work: Path, test_freq: int | None, t
         f"{recipe}/seed {seed}",
     )
     curve = validation_curve(result.steps)
+    required = {"longcat": list(EVIDENCE), "longcat_tool": list(TOOL_SYSTEM)}.get(recipe, [])
     trained = [s for s in result.steps if "timing_s/step" in s]
     if len(curve) < 2 or curve[0]["step"] != 0 or curve[-1]["step"] != steps or len(trained) != steps:
         raise RuntimeError(f"{recipe}/seed {seed}: missing validations or steps in {result.metrics}")
@@ -82,7 +86,8 @@ def run(recipe: str, seed: int, steps: int, work: Path, test_freq: int | None, t
         "acc_before": curve[0]["acc"],
         "acc_after": curve[-1]["acc"],
         "wall_s": round(sum(float(s["timing_s/step"]) for s in trained), 2),
-        "components_active": components_active(result.steps) if recipe == "longcat" else [],
+        "components_required": required,
+        "components_active": components_active(result.steps, required) if required else [],
         "target": target,
         "time_to_target_s": time_to_target(curve, target),
         "test_freq": freq,
@@ -114,12 +119,12 @@ def main() -> None:
                 started = time.monotonic()
                 runs.append(run(recipe, seed, args.steps, Path(work), args.test_freq, args.target))
                 print(json.dumps(runs[-1]), f"({time.monotonic() - started:.0f} s with start-up)", flush=True)
-    from longcat_plugins.evaluation.system import EVIDENCE
+    from longcat_plugins.evaluation.system import EVIDENCE, TOOL_EVIDENCE
 
     out = {
         "runs": runs,
         "provenance": origin,
-        "evidence": {name: why for name, (why, _) in EVIDENCE.items()},
+        "evidence": {name: why for name, (why, _) in {**EVIDENCE, **TOOL_EVIDENCE}.items()},
     }
     args.out.write_text(json.dumps(out, indent=2) + "\n")
 

@@ -410,7 +410,7 @@ def time_to_target_summary(d: dict[str, Any]) -> list[str]:
 
 def system_runs(d: dict[str, Any]) -> list[str]:
     """Per run; "components acting" counts those whose own metrics show they acted, of the
-    components the file's ``evidence`` names."""
+    components its recipe requires (``components_required``; older files: the file's ``evidence``)."""
     runs = sorted(d["runs"], key=lambda r: (r["recipe"], r["seed"]))
     return table(
         f"recipe | trainer | seed | validation every | held-out before | after | training s | {target_label(runs)}"
@@ -425,7 +425,7 @@ def system_runs(d: dict[str, Any]) -> list[str]:
                 pct(r["acc_after"]),
                 round(r["wall_s"]),
                 seconds_to_target(r),
-                f"{len(r['components_active'])} of {len(d['evidence'])}",
+                f"{len(r['components_active'])} of {len(r.get('components_required') or d['evidence'])}",
             )
             for r in runs
         ),
