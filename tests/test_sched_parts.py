@@ -183,6 +183,20 @@ def test_filter_verdicts() -> None:
     assert filter_verdict([0.2, 0.7], correct_threshold=0.5, wrong_threshold=0.1) is None
 
 
+@pytest.mark.parametrize(
+    "rewards",
+    [[1.0] * 4, [-0.5] * 4, [-1.0] * 4, [-0.5, -1.0, -1.0, -1.0], [1.0, -0.5], [1.0, -1.0, None], [0.3, 0.3]],
+)
+def test_verification_groups_are_filtered_only_without_signal(rewards: list) -> None:
+    """RISE's verification rewards are not the task's pass/fail: wrong verdicts beside no verdict
+    (-0.5 / -1) are below the wrong threshold but carry a signal, and must be kept."""
+    valid = [r for r in rewards if r is not None]
+    expected = None if len(set(valid)) > 1 else ("all_correct" if valid[0] >= 1.0 else "all_wrong")
+    assert filter_verdict(rewards, by_signal=True) == expected
+    side = {"drop_all_correct": False} if expected == "all_correct" else {"drop_all_wrong": False}
+    assert filter_verdict(rewards, by_signal=True, **side) is None
+
+
 def test_all_same_groups_never_reach_a_batch() -> None:
     cfg = DoraConfig(batch_size=2, group_size=2, staleness=4)
     ctrl = DoraController(cfg, refs(12))

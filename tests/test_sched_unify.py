@@ -221,6 +221,22 @@ def test_online_filter_drops_no_signal_groups_and_counts_them(tq: FakeTQ) -> Non
     assert metrics["dora/filtered_groups"] == 0.0
 
 
+def test_groups_the_trainer_marks_as_verification_are_dropped_only_without_signal(tq: FakeTQ) -> None:
+    """Verification groups (+1 / -0.5 / -1) under D1: a mix of wrong verdicts and no verdict is
+    kept (all below the wrong threshold, but a signal); a constant one is dropped."""
+    pool = {"V1": [-0.5, -1.0], "V2": [1.0, 1.0], "V3": [-1.0, -1.0], "M1": [0.0, -1.0], "M2": [1.0, 0.0]}
+    for uid, rewards in pool.items():
+        finished_group(tq, uid, 1, version=1, rewards=rewards)
+    refills: list[int] = []
+    buffer = make_buffer(refills, online_filter=True)
+    buffer.judged_by_signal = lambda uid: uid.startswith("V")
+    buffer.refill_fn = lambda k: refills.append(k) or 0
+    uids, metrics = train_on(tq, buffer, 2, 2)
+    assert sorted(uids) == ["M2", "V1"]
+    assert buffer.take_filtered() == {"V2": (1.0, 1.0), "V3": (-1.0, -1.0), "M1": (0.0, -1.0)}
+    assert metrics["dora/filtered_groups/all_correct"] == 1.0 and metrics["dora/filtered_groups/all_wrong"] == 2.0
+
+
 def test_filter_sides_follow_the_core_settings(tq: FakeTQ) -> None:
     finished_group(tq, "A", 1, version=1, rewards=[1.0, 1.0])
     finished_group(tq, "B", 1, version=1, rewards=[0.0, 0.0])

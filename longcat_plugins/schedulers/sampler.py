@@ -164,6 +164,9 @@ class DoraReplayBuffer(ReplayBufferAsync):
         #: (:meth:`take_filtered`): they are not trained, but their outcomes are what the step
         #: planner's pass rates and the verification phase must still learn from
         self._filtered_rewards: dict[str, tuple[float, ...]] = {}
+        #: the trainer's test for groups whose rewards are not on the task's pass/fail scale
+        #: (verification groups): D1 drops those only when every reward is the same
+        self.judged_by_signal: Callable[[str], bool] | None = None
         self._batch_domains: Counter[str] = Counter()
         self._batch_balanced: bool | None = None
         #: the trainer's dispatch hooks: called on every poll while a batch is awaited (capacity
@@ -283,6 +286,7 @@ class DoraReplayBuffer(ReplayBufferAsync):
                     wrong_threshold=cfg.wrong_threshold,
                     drop_all_correct=cfg.filter_all_correct,
                     drop_all_wrong=cfg.filter_all_wrong,
+                    by_signal=self.judged_by_signal is not None and self.judged_by_signal(uid),
                 )
                 if group_rewards
                 else None

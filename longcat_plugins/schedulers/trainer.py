@@ -701,6 +701,9 @@ class DoraTrainer(PPOTrainerSeparateAsync):
         if self.dora.dispatch == "dora" and isinstance(self.replay_buffer, DoraReplayBuffer):
             self.replay_buffer.on_poll = self._dispatch
             self.replay_buffer.on_sampled = self._on_sampled
+            planned = self.planned
+            if planned is not None:
+                self.replay_buffer.judged_by_signal = lambda uid: uid in planned.verify_uids
 
     def _install_single_version(self) -> None:
         """Replica-granular versioning: ``hf`` servers hold one version, and weight syncs go

@@ -26,11 +26,22 @@ def filter_verdict(
     wrong_threshold: float = 0.0,
     drop_all_correct: bool = True,
     drop_all_wrong: bool = True,
+    by_signal: bool = False,
 ) -> str | None:
-    """``"all_correct"`` or ``"all_wrong"`` when the group should be dropped, else ``None``."""
+    """``"all_correct"`` or ``"all_wrong"`` when the group should be dropped, else ``None``.
+
+    ``by_signal``: the group's rewards are not on the task's pass/fail scale (a verification
+    group's +1 / -0.5 / -1), so it is dropped only when it has no signal at all (every reward the
+    same; named by the side of the thresholds it is on): a verification group mixing wrong
+    verdicts with no verdict teaches the verdict format and is kept."""
     valid = [r for r in rewards if r is not None]
     if not valid:
         return None
+    if by_signal:
+        if max(valid) != min(valid):
+            return None
+        side = "all_correct" if valid[0] >= correct_threshold else "all_wrong"
+        return side if (drop_all_correct if side == "all_correct" else drop_all_wrong) else None
     if drop_all_correct and all(r >= correct_threshold for r in valid):
         return "all_correct"
     if drop_all_wrong and all(r <= wrong_threshold for r in valid):
