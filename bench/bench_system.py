@@ -53,8 +53,13 @@ def run(recipe: str, seed: int, steps: int, work: Path, test_freq: int | None, t
     from longcat_plugins.learning.demos import SYSTEM_VERDICTS, prepare_demo
     from longcat_plugins.runtime.launch import resolve_config
 
-    warm = ensure_warm_start(None, size="tiny", verdicts=SYSTEM_VERDICTS if recipe == "longcat" else 0.0)
-    demo = prepare_demo(recipe, warm, steps, init="warm")
+    if recipe == "longcat_tool":  # the demo builds its tool warm start (+ verdicts) beside the assets
+        from longcat_plugins.learning.assets import ensure_assets
+
+        built = ensure_assets(None, size="tiny")
+    else:
+        built = ensure_warm_start(None, size="tiny", verdicts=SYSTEM_VERDICTS if recipe == "longcat" else 0.0)
+    demo = prepare_demo(recipe, built, steps, init="warm")
     seeded = ("data.seed=", "actor_rollout_ref.actor.data_loader_seed=", "actor_rollout_ref.rollout.seed=")
     replaced = (*seeded, "trainer.save_freq=", *(("trainer.test_freq=",) if test_freq is not None else ()))
     demo_freq = [int(o.split("=", 1)[1]) for o in demo.overrides if o.startswith("trainer.test_freq=")]
