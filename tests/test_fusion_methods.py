@@ -42,6 +42,19 @@ def majority_sign(contribs: list[torch.Tensor], majority: str) -> torch.Tensor:
     return torch.where(count > 0, 1.0, torch.where(count < 0, -1.0, mass_sign)).double()
 
 
+def ref_elect_and_merge(contribs: list[torch.Tensor], weights: list[float], normalize: bool) -> torch.Tensor:
+    """TIES' elect + disjoint merge (float64): the sign of the summed contributions is elected, the
+    contributions that agree with it are summed and, with ``normalize``, divided by the weights of
+    the agreeing experts (a zero divisor counts as 1). Both TIES and dare_ties end with it."""
+    elected = majority_sign(contribs, "mass")
+    agree = [(torch.sign(c) == elected).double() for c in contribs]
+    num = sum(c * a for c, a in zip(contribs, agree, strict=True))
+    if not normalize:
+        return num
+    den = sum(w * a for w, a in zip(weights, agree, strict=True))
+    return num / torch.where(den == 0, 1.0, den)
+
+
 def ref_longcat(
     base: dict[str, torch.Tensor],
     experts: list[dict[str, torch.Tensor]],
@@ -103,12 +116,7 @@ def ref_ties(
             kept[top] = d[top]
             trimmed.append(kept.reshape(b.shape))
         c = [w * t for w, t in zip(weights, trimmed, strict=True)]
-        elected = torch.where(sum(c) >= 0, 1.0, -1.0).double()
-        agree = [(torch.sign(ci) == elected).double() for ci in c]
-        num = sum(ci * a for ci, a in zip(c, agree, strict=True))
-        den = sum(w * a for w, a in zip(weights, agree, strict=True))
-        den = torch.where(den == 0, 1.0, den)
-        out[name] = b.double() + scale * (num / den if normalize else num)
+        out[name] = b.double() + scale * ref_elect_and_merge(c, weights, normalize)
     return out
 
 
@@ -137,11 +145,7 @@ def ref_dare(
                 d = d / density if rescale else d
             c.append(w * d)
         if ties:
-            elected = majority_sign(c, "mass")
-            agree = [(torch.sign(ci) == elected).double() for ci in c]
-            num = sum(ci * a for ci, a in zip(c, agree, strict=True))
-            den = sum(w * a for w, a in zip(weights, agree, strict=True))
-            merged = num / torch.where(den == 0, 1.0, den) if normalize else num
+            merged = ref_elect_and_merge(c, weights, normalize)
         else:
             merged = sum(c) / (sum(weights) if normalize else 1.0)
         out[name] = b.double() + scale * merged
