@@ -9,7 +9,7 @@ from dataclasses import dataclass, fields
 
 import pytest
 
-from longcat_plugins.bounds import Bounds, bounded, check_bounds
+from longcat_plugins.bounds import Bounds, bounded, check_bounds, out_of_bounds
 from longcat_plugins.environments.context import ContextSettings
 from longcat_plugins.environments.curriculum import CurriculumConfig
 from longcat_plugins.rewards.genrm import GenRMConfig
@@ -89,3 +89,11 @@ def test_settings_check_their_declared_ranges(build: Callable[[], object], messa
     with pytest.raises(ValueError) as info:
         build()
     assert str(info.value) == message
+
+
+def test_out_of_bounds_lists_every_field_outside_its_range() -> None:
+    """For checks that report all problems at once (``GenConfig.problems`` feeds the envgen CLI)."""
+    knobs = object.__new__(_Knobs)  # unchecked: out_of_bounds alone
+    for name, value in {"plain": -1, "count": 0, "rate": 0.5, "share": 2.0, "cap": "x"}.items():
+        object.__setattr__(knobs, name, value)
+    assert out_of_bounds(knobs) == [("count", ">= 1", 0), ("share", "in [0, 1]", 2.0), ("cap", "a number <= 10", "x")]
