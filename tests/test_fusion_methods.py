@@ -421,14 +421,18 @@ def _rule_sum(contribs: list[torch.Tensor], weights: list[float], normalize: boo
     return want.div_(divisor.masked_fill_(divisor == 0, 1.0)) if normalize else want
 
 
-def _rule_erase(contribs: list[torch.Tensor], majority: str) -> list[float]:
-    """The erase rule as written (float32, bool masks): zero c_i where its sign opposes the majority."""
-    mass = torch.zeros_like(contribs[0])
-    for c in contribs:
+def _rule_erase(
+    contribs: list[torch.Tensor], majority: str, elected_on: list[torch.Tensor] | None = None
+) -> list[float]:
+    """The erase rule as written (float32, bool masks): zero c_i where its sign opposes the majority
+    of ``elected_on`` (the contributions themselves unless given)."""
+    voters = contribs if elected_on is None else elected_on
+    mass = torch.zeros_like(voters[0])
+    for c in voters:
         mass.add_(c)
     positive = mass >= 0
     if majority == "count":
-        count = sum(torch.sign(c) for c in contribs)
+        count = sum(torch.sign(c) for c in voters)
         positive = torch.where(count == 0, positive, count > 0)
     erased = []
     for c in contribs:
@@ -686,22 +690,8 @@ def test_disjoint_merge_weights_before_and_after_the_election(nonfinite: bool, m
         got, got_erased = methods._disjoint_merge([d.clone() for d in deltas], weights, majority, True, before=weights)
         assert torch.equal(_bits(got), _bits(want)) and got_erased == erased, (seed, majority, "before")
 
-        elected = [d.clone() for d in deltas]
-        mass = torch.zeros_like(base)
-        for c in elected:
-            mass.add_(c)
-        positive = mass >= 0
-        if majority == "count":
-            count = sum(torch.sign(c) for c in elected)
-            positive = torch.where(count == 0, positive, count > 0)
-        want, divisor, erased = torch.zeros_like(base), torch.zeros_like(base), []
-        for h, c in zip(eta, elected, strict=True):
-            c = c * h
-            opposite = torch.where(positive, c < 0, c > 0)
-            erased.append(float(torch.count_nonzero(opposite)))
-            c.masked_fill_(opposite, 0.0)
-            want.add_(c)
-            divisor.add_(c != 0, alpha=h)
-        want.div_(divisor.masked_fill_(divisor == 0, 1.0))
+        rule = [h * d for h, d in zip(eta, deltas, strict=True)]
+        erased = _rule_erase(rule, majority, elected_on=deltas)
+        want = _rule_sum(rule, eta)
         got, got_erased = methods._disjoint_merge([d.clone() for d in deltas], eta, majority, True, after=eta)
         assert torch.equal(_bits(got), _bits(want)) and got_erased == erased, (seed, majority, "after")
