@@ -12,6 +12,7 @@ It imports nothing of the package, so any module may use it without an import ci
 from __future__ import annotations
 
 import dataclasses
+import functools
 from dataclasses import dataclass
 from typing import Any
 
@@ -71,14 +72,28 @@ def bounded(
 def out_of_bounds(obj: Any) -> list[tuple[str, str, Any]]:
     """``(field, what it must be, value)`` for every field of the dataclass instance ``obj`` outside
     the range :func:`bounded` declared for it (for checks that report all problems at once)."""
+    declared = _declared(type(obj))
     out = []
     for f in dataclasses.fields(obj):
-        bounds = f.metadata.get(_KEY)
+        bounds = declared.get(f.name)
         value = getattr(obj, f.name)
         if bounds is not None and not bounds.admits(value):
             kind = "" if isinstance(value, int | float) else "a number "
             out.append((f.name, kind + bounds.describe(), value))
     return out
+
+
+@functools.cache
+def _declared(cls: type) -> dict[str, Bounds]:
+    """Each field's range as the class hierarchy declares it: a subclass that only gives a field
+    another default (``max_turn_tokens: int = 1024``) keeps its base's range; one that declares
+    a range of its own replaces it."""
+    found: dict[str, Bounds] = {}
+    for klass in reversed(cls.__mro__):
+        for f in getattr(klass, "__dataclass_fields__", {}).values():
+            if _KEY in f.metadata:
+                found[f.name] = f.metadata[_KEY]
+    return found
 
 
 def check_bounds(obj: Any, prefix: str = "") -> None:

@@ -10,6 +10,7 @@ from dataclasses import dataclass, fields
 import pytest
 
 from longcat_plugins.bounds import Bounds, bounded, check_bounds, out_of_bounds
+from longcat_plugins.environments.code_env._agent_loop import CodeAgentSettings
 from longcat_plugins.environments.context import ContextSettings
 from longcat_plugins.environments.curriculum import CurriculumConfig
 from longcat_plugins.rewards.genrm import GenRMConfig
@@ -59,6 +60,22 @@ def test_out_of_range_names_field_range_and_value(kwargs: dict, message: str) ->
 def test_edges_of_closed_ranges_are_admitted() -> None:
     knobs = _Knobs(plain=-5, count=1, rate=0.999, share=1.0, cap=10)
     assert (knobs.plain, knobs.count, knobs.share, knobs.cap) == (-5, 1, 1.0, 10)
+
+
+@dataclass(frozen=True)
+class _Wider(_Knobs):
+    count: int = 5  # another default only: the base's range stays
+    cap: float = bounded(20.0, le=20)  # a range of its own replaces the base's
+
+
+def test_a_subclass_default_keeps_the_range_and_its_own_range_replaces_it() -> None:
+    with pytest.raises(ValueError, match=r"^Knobs.count must be >= 1, got 0$"):
+        _Wider(count=0)
+    assert _Wider(cap=15.0).cap == 15.0
+    with pytest.raises(ValueError, match=r"^Knobs.cap must be <= 20, got 21.0$"):
+        _Wider(cap=21.0)
+    with pytest.raises(ValueError, match=r"^max_turn_tokens must be >= 1, got 0$"):
+        CodeAgentSettings(max_turn_tokens=0)  # its default 1024 overrides ToolAgentSettings' field
 
 
 def test_two_bounds_on_one_side_are_refused() -> None:
