@@ -221,7 +221,7 @@ class CodeEpisode:
         except OSError as exc:
             self.infra_error = f"shell: {type(exc).__name__}: {exc}"
             return err("the sandbox failed to run the command (not your fault)")
-        if res.stderr.startswith("bwrap:"):
+        if res.isolation_failed:
             self.infra_error = f"shell: isolation failed: {res.stderr.strip()[:200]}"
             return err("the sandbox failed to run the command (not your fault)")
         head = {

@@ -368,8 +368,7 @@ class Sandbox:
         compile_argv = lang.compile_argv(src, exe)
         if compile_argv and not all(c.assert_code is not None for c in suite.cases):
             res = await self.exec(compile_argv, run_dir, io_dir, self.compile_limits, uid)
-            if res.stderr.startswith("bwrap:"):
-                raise OSError(f"isolation failed: {res.stderr.strip()[:300]}")
+            res.check_isolation()
             if res.status != "ok":
                 report.compile_failed((res.stderr or res.status)[-2000:], len(suite.cases))
                 return
