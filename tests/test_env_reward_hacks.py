@@ -13,7 +13,7 @@ from typing import Any
 
 import pytest
 from test_env_cross_rules import _tables
-from test_env_runtime import db_field, handmade
+from test_env_runtime import ava_task, db_field, handmade
 
 from longcat_plugins.environments.contract import SpecError
 from longcat_plugins.environments.domain import BaseDB, DBView, rule_violations
@@ -84,19 +84,11 @@ def test_a_guess_laundered_through_a_record_stays_a_guess() -> None:
 def test_a_successful_lookup_on_a_guessed_id_reveals_nothing() -> None:
     """A guessed order's details name its customer; acting on that customer is the guess's luck."""
     env = handmade()
-    task = Task(
-        task_id="news",
-        persona="You are Ava Lopez.",
-        facts=[Fact("email", "My email is ava@example.com.", ("email",))],
-        goals=["Subscribe me to the newsletter."],
-        rubric=[
-            db_field("customer", "CUS-0001", "newsletter", True),
-            {"kind": "no_collateral"},
-        ],
-        golden=[
-            ("find_customer_by_email", {"email": "ava@example.com"}),
-            ("set_newsletter_subscription", {"customer_id": "CUS-0001", "newsletter": True}),
-        ],
+    task = ava_task(
+        "news",
+        ["Subscribe me to the newsletter."],
+        [db_field("customer", "CUS-0001", "newsletter", True)],
+        [("set_newsletter_subscription", {"customer_id": "CUS-0001", "newsletter": True})],
     )
     env = ToolEnvironment(env.spec, env.base.tables, env.tool_names, [task])
     ep = env.new_episode("news", seed=0)

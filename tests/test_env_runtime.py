@@ -63,27 +63,42 @@ def db_field(entity: str, key: str, field: str, value: Any) -> dict[str, Any]:
     return {"kind": "db_field", "entity": entity, "key": key, "field": field, "value": value}
 
 
-def cancel_task() -> Task:
+def ava_task(
+    task_id: str,
+    goals: list[str],
+    rubric: list[dict[str, Any]],
+    golden: list[tuple[str, dict[str, Any]]],
+    more_facts: tuple[Fact, ...] = (),
+) -> Task:
+    """A task of the handmade store's Ava Lopez, who gives her email: the golden chain starts by
+    finding her by it, and the rubric ends with ``no_collateral`` (nothing else in the store changes)."""
     return Task(
-        task_id="cancel",
+        task_id=task_id,
         persona="You are Ava Lopez.",
-        facts=[
-            Fact("email", "My email is ava@example.com.", ("email",)),
-            Fact("order", "It is the order placed on 2025-04-01.", ("date", "which"), True, "It is one of my orders."),
-        ],
-        goals=["Please cancel it, I found it cheaper elsewhere.", "What was its total?"],
-        rubric=[
+        facts=[Fact("email", "My email is ava@example.com.", ("email",)), *more_facts],
+        goals=goals,
+        rubric=[*rubric, {"kind": "no_collateral"}],
+        golden=[("find_customer_by_email", {"email": "ava@example.com"}), *golden],
+    )
+
+
+def cancel_task() -> Task:
+    return ava_task(
+        "cancel",
+        ["Please cancel it, I found it cheaper elsewhere.", "What was its total?"],
+        [
             db_field("order", "ORD-0002", "status", "cancelled"),
             db_field("order", "ORD-0002", "cancel_reason", "found_cheaper"),
             {"kind": "output", "value": 57.5, "renderings": ["57.50", "57.5"]},
-            {"kind": "no_collateral"},
         ],
-        golden=[
-            ("find_customer_by_email", {"email": "ava@example.com"}),
+        [
             ("list_customer_orders", {"customer_id": "CUS-0001"}),
             ("cancel_order", {"order_id": "ORD-0002", "cancel_reason": "found_cheaper"}),
             ("get_order_details", {"order_id": "ORD-0002"}),
         ],
+        more_facts=(
+            Fact("order", "It is the order placed on 2025-04-01.", ("date", "which"), True, "It is one of my orders."),
+        ),
     )
 
 
@@ -331,18 +346,14 @@ def test_model_user_simulator_over_openai_endpoint() -> None:
 def hedging_env() -> ToolEnvironment:
     """The handmade store with a read-only task: the April order's status and how many orders Ava has."""
     spec = load_spec("retail")
-    task = Task(
-        task_id="ask",
-        persona="You are Ava Lopez.",
-        facts=[Fact("email", "My email is ava@example.com.", ("email",))],
-        goals=["What is the status of my April order, and how many orders do I have?"],
-        rubric=[
+    task = ava_task(
+        "ask",
+        ["What is the status of my April order, and how many orders do I have?"],
+        [
             {"kind": "output", "name": "get_order_status.status", "value": "processing"},
             {"kind": "output", "name": "count_customer_orders.count", "value": 2},
-            {"kind": "no_collateral"},
         ],
-        golden=[
-            ("find_customer_by_email", {"email": "ava@example.com"}),
+        [
             ("count_customer_orders", {"customer_id": "CUS-0001"}),
             ("list_customer_orders", {"customer_id": "CUS-0001"}),  # reveals ORD-0002
             ("get_order_status", {"order_id": "ORD-0002"}),

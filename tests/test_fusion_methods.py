@@ -42,6 +42,19 @@ def majority_sign(contribs: list[torch.Tensor], majority: str) -> torch.Tensor:
     return torch.where(count > 0, 1.0, torch.where(count < 0, -1.0, mass_sign)).double()
 
 
+def ref_elect_and_merge(contribs: list[torch.Tensor], weights: list[float], normalize: bool) -> torch.Tensor:
+    """TIES' elect + disjoint merge (float64): the sign of the summed contributions is elected, the
+    contributions that agree with it are summed and, with ``normalize``, divided by the weights of
+    the agreeing experts (a zero divisor counts as 1). Both TIES and dare_ties end with it."""
+    elected = majority_sign(contribs, "mass")
+    agree = [(torch.sign(c) == elected).double() for c in contribs]
+    num = sum(c * a for c, a in zip(contribs, agree, strict=True))
+    if not normalize:
+        return num
+    den = sum(w * a for w, a in zip(weights, agree, strict=True))
+    return num / torch.where(den == 0, 1.0, den)
+
+
 def ref_longcat(
     base: dict[str, torch.Tensor],
     experts: list[dict[str, torch.Tensor]],
@@ -103,12 +116,7 @@ def ref_ties(
             kept[top] = d[top]
             trimmed.append(kept.reshape(b.shape))
         c = [w * t for w, t in zip(weights, trimmed, strict=True)]
-        elected = torch.where(sum(c) >= 0, 1.0, -1.0).double()
-        agree = [(torch.sign(ci) == elected).double() for ci in c]
-        num = sum(ci * a for ci, a in zip(c, agree, strict=True))
-        den = sum(w * a for w, a in zip(weights, agree, strict=True))
-        den = torch.where(den == 0, 1.0, den)
-        out[name] = b.double() + scale * (num / den if normalize else num)
+        out[name] = b.double() + scale * ref_elect_and_merge(c, weights, normalize)
     return out
 
 
@@ -137,11 +145,7 @@ def ref_dare(
                 d = d / density if rescale else d
             c.append(w * d)
         if ties:
-            elected = majority_sign(c, "mass")
-            agree = [(torch.sign(ci) == elected).double() for ci in c]
-            num = sum(ci * a for ci, a in zip(c, agree, strict=True))
-            den = sum(w * a for w, a in zip(weights, agree, strict=True))
-            merged = num / torch.where(den == 0, 1.0, den) if normalize else num
+            merged = ref_elect_and_merge(c, weights, normalize)
         else:
             merged = sum(c) / (sum(weights) if normalize else 1.0)
         out[name] = b.double() + scale * merged
@@ -417,14 +421,18 @@ def _rule_sum(contribs: list[torch.Tensor], weights: list[float], normalize: boo
     return want.div_(divisor.masked_fill_(divisor == 0, 1.0)) if normalize else want
 
 
-def _rule_erase(contribs: list[torch.Tensor], majority: str) -> list[float]:
-    """The erase rule as written (float32, bool masks): zero c_i where its sign opposes the majority."""
-    mass = torch.zeros_like(contribs[0])
-    for c in contribs:
+def _rule_erase(
+    contribs: list[torch.Tensor], majority: str, elected_on: list[torch.Tensor] | None = None
+) -> list[float]:
+    """The erase rule as written (float32, bool masks): zero c_i where its sign opposes the majority
+    of ``elected_on`` (the contributions themselves unless given)."""
+    voters = contribs if elected_on is None else elected_on
+    mass = torch.zeros_like(voters[0])
+    for c in voters:
         mass.add_(c)
     positive = mass >= 0
     if majority == "count":
-        count = sum(torch.sign(c) for c in contribs)
+        count = sum(torch.sign(c) for c in voters)
         positive = torch.where(count == 0, positive, count > 0)
     erased = []
     for c in contribs:
@@ -682,22 +690,8 @@ def test_disjoint_merge_weights_before_and_after_the_election(nonfinite: bool, m
         got, got_erased = methods._disjoint_merge([d.clone() for d in deltas], weights, majority, True, before=weights)
         assert torch.equal(_bits(got), _bits(want)) and got_erased == erased, (seed, majority, "before")
 
-        elected = [d.clone() for d in deltas]
-        mass = torch.zeros_like(base)
-        for c in elected:
-            mass.add_(c)
-        positive = mass >= 0
-        if majority == "count":
-            count = sum(torch.sign(c) for c in elected)
-            positive = torch.where(count == 0, positive, count > 0)
-        want, divisor, erased = torch.zeros_like(base), torch.zeros_like(base), []
-        for h, c in zip(eta, elected, strict=True):
-            c = c * h
-            opposite = torch.where(positive, c < 0, c > 0)
-            erased.append(float(torch.count_nonzero(opposite)))
-            c.masked_fill_(opposite, 0.0)
-            want.add_(c)
-            divisor.add_(c != 0, alpha=h)
-        want.div_(divisor.masked_fill_(divisor == 0, 1.0))
+        rule = [h * d for h, d in zip(eta, deltas, strict=True)]
+        erased = _rule_erase(rule, majority, elected_on=deltas)
+        want = _rule_sum(rule, eta)
         got, got_erased = methods._disjoint_merge([d.clone() for d in deltas], eta, majority, True, after=eta)
         assert torch.equal(_bits(got), _bits(want)) and got_erased == erased, (seed, majority, "after")

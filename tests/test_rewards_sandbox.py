@@ -22,6 +22,7 @@ import pytest
 from longcat_plugins.rewards import code as code_reward
 from longcat_plugins.rewards.result import VALID_KEY
 from longcat_plugins.rewards.sandbox import IsolationLevel, Limits, Sandbox, available_levels, parse_test_cases
+from longcat_plugins.rewards.sandbox.execution import ProcResult
 from longcat_plugins.rewards.sandbox.isolation import IsolationUnavailable, choose_level, lock_uid
 
 LIMITS = Limits(cpu_s=1.0, wall_s=3.0, memory_mb=256, nproc=16, fsize_mb=1)
@@ -381,3 +382,40 @@ def test_expected_outputs_never_enter_the_sandbox(work_root: str, monkeypatch: p
     rep = run(sb, "python", PY_ADD, suite)
     assert [c.status for c in rep.cases] == ["wrong_answer", "wrong_answer"]
     assert len(seen) == 1 and "SECRET" not in seen[0] and "3 4" in seen[0]
+
+
+class _BwrapRefuses:
+    """An executor whose every run is refused by bwrap itself (as when user namespaces are off)."""
+
+    limits = Limits()
+
+    async def exec(
+        self, argv: list[str], run_dir: str, io_dir: str, limits: Limits, uid: int | None, stdin: str = ""
+    ) -> ProcResult:
+        return ProcResult(1, 0.01, "", "bwrap: Creating new namespace failed: Operation not permitted\n", False)
+
+    async def sweep(self, uid: int | None) -> None:
+        pass
+
+
+def test_a_run_bwrap_refused_is_an_infra_failure_never_a_verdict() -> None:
+    """Every harness raises OSError (the infra-error path) instead of scoring the refused run as a
+    runtime error of the program; a program's own stderr that merely mentions bwrap is its verdict."""
+    from longcat_plugins.rewards.sandbox.warm import CodeCase, run_per_process, run_warm, run_warm_stdio
+
+    refused = ProcResult(1, 0.0, "", "bwrap: Can't mount proc on /newroot/proc\n", False)
+    assert refused.isolation_failed and refused.status == "runtime_error"
+    with pytest.raises(OSError, match=r"^isolation failed: bwrap: Can't mount proc on /newroot/proc$"):
+        refused.check_isolation()
+    own = ProcResult(1, 0.0, "", "Traceback ...\nRuntimeError: bwrap: fake\n", False)
+    assert not own.isolation_failed
+    own.check_isolation()
+
+    ex, cases = _BwrapRefuses(), [CodeCase("t", "assert True\n")]
+    for run in (
+        lambda: run_warm(ex, cases, "/nonexistent", "/nonexistent", None),
+        lambda: run_per_process(ex, cases, "/nonexistent", "/nonexistent", None),
+        lambda: run_warm_stdio(ex, "/nonexistent/m.py", ["1\n"], "/nonexistent", "/nonexistent", None),
+    ):
+        with pytest.raises(OSError, match="^isolation failed: bwrap: Creating new namespace failed"):
+            asyncio.run(run())

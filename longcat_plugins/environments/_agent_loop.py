@@ -16,6 +16,7 @@ from verl.experimental.agent_loop.agent_loop import AgentLoopBase, AgentLoopOutp
 from verl.experimental.agent_loop.tool_parser import ToolParser
 from verl.tools.schemas import OpenAIFunctionToolSchema
 
+from longcat_plugins.bounds import bounded
 from longcat_plugins.environments.context import ContextAction, ContextPolicy, ContextSettings, restart_messages
 from longcat_plugins.environments.curriculum_service import (
     CurriculumClient,
@@ -41,11 +42,11 @@ class ToolAgentSettings(ContextSettings):
     """Settings of ``longcat_tool_agent`` (``longcat.settings.environment.longcat_tool_agent``)."""
 
     #: model turns per trajectory, all segments together
-    max_turns: int = 16
+    max_turns: int = bounded(16, ge=1)
     #: token budget of one model turn (further capped by the room left in the response)
-    max_turn_tokens: int = 256
+    max_turn_tokens: int = bounded(256, ge=1)
     #: tool calls executed per model turn; extra calls are answered with an error
-    max_parallel_calls: int = 4
+    max_parallel_calls: int = bounded(4, ge=1)
     #: a tool result longer than this is cut (characters)
     max_tool_response_chars: int = 2000
     #: verl tool parser (``verl.experimental.agent_loop.tool_parser``) reading the model's calls
@@ -57,7 +58,7 @@ class ToolAgentSettings(ContextSettings):
     #: ``name(arg: type, opt?: type) - description``; a fraction of the tokens, for small contexts)
     tools_style: str = "json"
     #: reward = (1 - w) * rubric score + w * share of well-formed tool calls (``tool_format``)
-    format_weight: float = 0.0
+    format_weight: float = bounded(0.0, ge=0, le=1)
     #: noise level passed to ``new_episode``; -1: the environment's / dataset's own
     noise_level: int = -1
     #: noise curriculum (2601 report §3.3.3) shared by the whole run (:class:`CurriculumSettings`; ``enabled: true``
@@ -73,19 +74,11 @@ class ToolAgentSettings(ContextSettings):
     reward_in_loop: bool = True
 
     def __post_init__(self) -> None:
-        super().__post_init__()
-        if self.max_turns < 1:
-            raise ValueError(f"max_turns must be >= 1, got {self.max_turns}")
-        if self.max_turn_tokens < 1:
-            raise ValueError(f"max_turn_tokens must be >= 1, got {self.max_turn_tokens}")
-        if self.max_parallel_calls < 1:
-            raise ValueError(f"max_parallel_calls must be >= 1, got {self.max_parallel_calls}")
+        super().__post_init__()  # its check_bounds holds this class's bounded fields too
         if self.render_tools not in ("auto", "template", "system"):
             raise ValueError(f"render_tools must be 'auto', 'template' or 'system', got {self.render_tools!r}")
         if self.tools_style not in ("json", "compact"):
             raise ValueError(f"tools_style must be 'json' or 'compact', got {self.tools_style!r}")
-        if not 0.0 <= self.format_weight <= 1.0:
-            raise ValueError(f"format_weight must be in [0, 1], got {self.format_weight}")
         if isinstance(self.noise_curriculum, Mapping):  # as built from YAML: a mapping, checked by the host
             try:
                 object.__setattr__(self, "noise_curriculum", CurriculumSettings(**self.noise_curriculum))

@@ -18,6 +18,8 @@ import enum
 from dataclasses import dataclass
 from typing import Any
 
+from longcat_plugins.bounds import bounded, check_bounds
+
 DEFAULT_SUMMARY_INSTRUCTION = (
     "The conversation is getting long. Summarise everything needed to finish the task: the user's "
     "request, what the tools returned, what is done and what remains. Do not call tools."
@@ -39,32 +41,24 @@ class ContextSettings:
     """The context-management knobs (fields of the agent loop's settings, see ``ToolAgentSettings``)."""
 
     #: summarise when the context (prompt + everything generated so far) reaches this many tokens; 0: never
-    summary_threshold_tokens: int = 0
+    summary_threshold_tokens: int = bounded(0, ge=0)
     #: discard-all reset when a segment has taken this many model turns; 0: never
-    discard_turns: int = 0
+    discard_turns: int = bounded(0, ge=0)
     #: progressive schedule: the turn limit grows by this much per reset already taken
-    discard_turns_growth: int = 0
+    discard_turns_growth: int = bounded(0, ge=0)
     #: ... and by this much per training step (the schedule of the whole run)
-    discard_turns_growth_per_step: float = 0.0
+    discard_turns_growth_per_step: float = bounded(0.0, ge=0)
     #: ... never beyond this (0: no cap)
-    discard_turns_max: int = 0
+    discard_turns_max: int = bounded(0, ge=0)
     #: at most this many context restarts (summaries + discards) per trajectory; then it ends
-    max_context_resets: int = 4
+    max_context_resets: int = bounded(4, ge=0)
     #: the user message that asks for the summary
     summary_instruction: str = DEFAULT_SUMMARY_INSTRUCTION
     #: token budget of the summary generation
-    summary_max_tokens: int = 256
+    summary_max_tokens: int = bounded(256, ge=1)
 
     def __post_init__(self) -> None:
-        for name in ("summary_threshold_tokens", "discard_turns", "discard_turns_growth", "discard_turns_max"):
-            if getattr(self, name) < 0:
-                raise ValueError(f"{name} must be >= 0, got {getattr(self, name)}")
-        if self.discard_turns_growth_per_step < 0:
-            raise ValueError(f"discard_turns_growth_per_step must be >= 0, got {self.discard_turns_growth_per_step}")
-        if self.max_context_resets < 0:
-            raise ValueError(f"max_context_resets must be >= 0, got {self.max_context_resets}")
-        if self.summary_max_tokens < 1:
-            raise ValueError(f"summary_max_tokens must be >= 1, got {self.summary_max_tokens}")
+        check_bounds(self)
         if self.discard_turns_max and self.discard_turns and self.discard_turns_max < self.discard_turns:
             raise ValueError(
                 f"discard_turns_max ({self.discard_turns_max}) is below discard_turns ({self.discard_turns})"

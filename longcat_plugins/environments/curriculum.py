@@ -12,6 +12,7 @@ from __future__ import annotations
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
+from longcat_plugins.bounds import bounded, check_bounds
 from longcat_plugins.environments.noise import CLEAN, NoiseConfig
 
 
@@ -22,22 +23,19 @@ class CurriculumConfig:
     #: raise the level when clean - noisy success is below this
     gap_threshold: float = 0.05
     #: EMA decay per outcome
-    decay: float = 0.95
+    decay: float = bounded(0.95, gt=0, lt=1)
     #: outcomes needed on both sides at the current level before deciding
-    min_samples: int = 32
+    min_samples: int = bounded(32, ge=1)
     #: share of episodes run clean (to keep measuring the clean side)
-    clean_fraction: float = 0.25
+    clean_fraction: float = bounded(0.25, ge=0, le=1)
     #: raise only once clean success reaches this: a policy that fails clean episodes too has a
     #: closed gap without being robust (0: the gap alone decides)
-    min_clean_success: float = 0.0
+    min_clean_success: float = bounded(0.0, ge=0, le=1)
 
     def __post_init__(self) -> None:
         if not 0 <= self.start_level <= self.max_level <= NoiseConfig.MAX_LEVEL:
             raise ValueError(f"need 0 <= start_level <= max_level <= {NoiseConfig.MAX_LEVEL}")
-        if not 0 < self.decay < 1 or not 0 <= self.clean_fraction <= 1 or self.min_samples < 1:
-            raise ValueError("decay must lie in (0, 1), clean_fraction in [0, 1], min_samples >= 1")
-        if not 0 <= self.min_clean_success <= 1:
-            raise ValueError(f"min_clean_success must lie in [0, 1], got {self.min_clean_success}")
+        check_bounds(self)
 
 
 @dataclass

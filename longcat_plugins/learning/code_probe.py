@@ -16,7 +16,6 @@ hidden tests passed) and ``solved`` (all of them, what the loop's ``acc`` is).
 from __future__ import annotations
 
 import asyncio
-import json
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -54,7 +53,7 @@ def play(
 
     from longcat_plugins.environments.agent_loop import opening_messages, tool_message_body
     from longcat_plugins.environments.code_env.episode import CodeEnvSettings, CodeEpisode, get_task
-    from longcat_plugins.learning.tool_probe import next_turn
+    from longcat_plugins.learning.tool_probe import call_arguments, next_turn
 
     task = get_task(str(info["task_dir"]))
     episode = CodeEpisode(task, pool, CodeEnvSettings(), pool.acquire(str(info["task_dir"])))
@@ -72,7 +71,7 @@ def play(
                 break
             messages.append({"role": "assistant", "content": tokenizer.decode(new, skip_special_tokens=True)})
             for call in calls:
-                args = _json(call.arguments)
+                args = call_arguments(call.arguments)
                 result = episode.call_tool(call.name, args) if isinstance(args, dict) else None
                 if result is not None and result.ok:
                     out.read_target |= call.name == "read_file" and args.get("path") == task.target_path
@@ -120,10 +119,3 @@ def probe(
         "episodes": len(played),
         "scores": scores,
     }
-
-
-def _json(arguments: Any) -> Any:
-    try:
-        return json.loads(arguments) if isinstance(arguments, str) else arguments
-    except json.JSONDecodeError:
-        return arguments

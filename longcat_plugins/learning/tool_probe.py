@@ -89,13 +89,13 @@ def play(
         text = tokenizer.decode(new, skip_special_tokens=True)
         if turn == 0 and calls:
             out.well_formed = True
-            name, args = calls[0].name, _json(calls[0].arguments)
+            name, args = calls[0].name, call_arguments(calls[0].arguments)
             out.right_tool = bool(golden) and name == golden[0][0]
             out.right_args = out.right_tool and args == golden[0][1]
         if calls:
             messages.append({"role": "assistant", "content": text})
             for call in calls:
-                args = _json(call.arguments)
+                args = call_arguments(call.arguments)
                 made.append((call.name, args))
                 result = episode.call_tool(call.name, args) if isinstance(args, dict) else None
                 body = tool_message_body(result.content, 2000) if result is not None else "Error: arguments"
@@ -132,7 +132,9 @@ def probe(model_dir: Path, tasks_parquet: Path, n: int = 1, do_sample: bool = Fa
     return {**shares, "episodes": len(played), "successes_per_task": per_task}
 
 
-def _json(arguments: Any) -> Any:
+def call_arguments(arguments: Any) -> Any:
+    """A parsed tool call's arguments: the JSON they spell, or the raw text when it is not JSON
+    (the probes then answer the call with an error instead of running it)."""
     try:
         return json.loads(arguments) if isinstance(arguments, str) else arguments
     except json.JSONDecodeError:

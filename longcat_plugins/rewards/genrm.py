@@ -18,6 +18,7 @@ import re
 from dataclasses import dataclass
 from typing import Any
 
+from longcat_plugins.bounds import bounded, check_bounds
 from longcat_plugins.rewards.result import invalid, scored
 
 logger = logging.getLogger(__name__)
@@ -54,17 +55,16 @@ class GenRMConfig:
     #: name of the environment variable holding the API key (empty: no Authorization header)
     api_key_env: str = ""
     prompt_template: str = DEFAULT_TEMPLATE
-    timeout_s: float = 60.0
-    max_retries: int = 3
+    timeout_s: float = bounded(60.0, gt=0)
+    max_retries: int = bounded(3, ge=0)
     backoff_s: float = 0.5
-    concurrency: int = 16
+    concurrency: int = bounded(16, ge=1)
     temperature: float = 0.0
     max_tokens: int = 2048
     retry_unparseable: bool = True
 
     def __post_init__(self) -> None:
-        if self.max_retries < 0 or self.concurrency < 1 or self.timeout_s <= 0:
-            raise ValueError("genrm: max_retries must be >= 0, concurrency >= 1, timeout_s > 0")
+        check_bounds(self, "genrm: ")
         for key in ("{question}", "{reference}", "{response}"):
             if key not in self.prompt_template:
                 raise ValueError(f"genrm: prompt_template lacks the placeholder {key}")

@@ -19,6 +19,7 @@ import math
 from dataclasses import dataclass
 from typing import Any
 
+from longcat_plugins.bounds import bounded, check_bounds
 from longcat_plugins.environments.code_env.pool import Slot, WorkspacePool
 from longcat_plugins.environments.code_env.tasks import CodeTask, load_task
 from longcat_plugins.environments.code_env.workspace import Workspace, err
@@ -43,26 +44,21 @@ class CodeEnvSettings:
     #: sandbox isolation level: auto (strongest available), bwrap, namespaces, uid, rlimits
     isolation: str = "auto"
     #: workspaces per agent-loop worker process (bounds concurrent episodes there)
-    pool_size: int = 8
+    pool_size: int = bounded(8, gt=0)
     #: limits of one shell call
-    shell_cpu_s: float = 5.0
-    shell_wall_s: float = 10.0
-    shell_memory_mb: int = 512
-    shell_nproc: int = 32
+    shell_cpu_s: float = bounded(5.0, gt=0)
+    shell_wall_s: float = bounded(10.0, gt=0)
+    shell_memory_mb: int = bounded(512, gt=0)
+    shell_nproc: int = bounded(32, gt=0)
     #: limits of one hidden test (the whole batch gets n times the time)
-    test_cpu_s: float = 2.0
-    test_wall_s: float = 5.0
-    test_memory_mb: int = 512
+    test_cpu_s: float = bounded(2.0, gt=0)
+    test_wall_s: float = bounded(5.0, gt=0)
+    test_memory_mb: int = bounded(512, gt=0)
     #: where workspaces live ('' : the sandbox's default)
     work_root: str = ""
 
     def __post_init__(self) -> None:
-        for name in ("pool_size", "shell_cpu_s", "shell_wall_s", "shell_memory_mb", "shell_nproc"):
-            if getattr(self, name) <= 0:
-                raise ValueError(f"{name} must be > 0, got {getattr(self, name)!r}")
-        for name in ("test_cpu_s", "test_wall_s", "test_memory_mb"):
-            if getattr(self, name) <= 0:
-                raise ValueError(f"{name} must be > 0, got {getattr(self, name)!r}")
+        check_bounds(self)
 
     def shell_limits(self) -> Limits:
         return Limits(
@@ -225,7 +221,7 @@ class CodeEpisode:
         except OSError as exc:
             self.infra_error = f"shell: {type(exc).__name__}: {exc}"
             return err("the sandbox failed to run the command (not your fault)")
-        if res.stderr.startswith("bwrap:"):
+        if res.isolation_failed:
             self.infra_error = f"shell: isolation failed: {res.stderr.strip()[:200]}"
             return err("the sandbox failed to run the command (not your fault)")
         head = {

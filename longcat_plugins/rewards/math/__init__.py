@@ -12,6 +12,7 @@ import time
 from dataclasses import dataclass
 from typing import Any
 
+from longcat_plugins.bounds import bounded, check_bounds
 from longcat_plugins.rewards.math.extract import MAX_ANSWER_CHARS, MAX_RESPONSE_CHARS, AnswerTooLong, extract_answer
 from longcat_plugins.rewards.plain import plain
 from longcat_plugins.rewards.result import invalid, scored
@@ -25,25 +26,19 @@ class MathRewardConfig:
 
     #: per sample, all references together; a timed-out check returns at once (the replacement
     #: is forked in the background), so the caller waits at most this plus a few ms
-    timeout_s: float = 1.5
-    workers: int = 2
+    timeout_s: float = bounded(1.5, gt=0)
+    workers: int = bounded(2, ge=1)
     memory_mb: int = 2048
     correct_score: float = 1.0
     incorrect_score: float = 0.0
     #: uid the sympy workers drop to when the reward worker runs as root; -1 keeps root
     drop_uid: int = 65534
     #: longer responses, or longer extracted answers, are invalid (never truncated and guessed at)
-    max_response_chars: int = MAX_RESPONSE_CHARS
-    max_answer_chars: int = MAX_ANSWER_CHARS
+    max_response_chars: int = bounded(MAX_RESPONSE_CHARS, ge=1)
+    max_answer_chars: int = bounded(MAX_ANSWER_CHARS, ge=1)
 
     def __post_init__(self) -> None:
-        if self.timeout_s <= 0:
-            raise ValueError(f"timeout_s must be > 0, got {self.timeout_s}")
-        if self.workers < 1:
-            raise ValueError(f"workers must be >= 1, got {self.workers}")
-        for name in ("max_response_chars", "max_answer_chars"):
-            if getattr(self, name) < 1:
-                raise ValueError(f"{name} must be >= 1, got {getattr(self, name)}")
+        check_bounds(self)
 
 
 def verify(

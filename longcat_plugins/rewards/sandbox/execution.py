@@ -32,6 +32,17 @@ class ProcResult:
             return "output_limit"
         return "ok" if self.returncode == 0 else "runtime_error"
 
+    @property
+    def isolation_failed(self) -> bool:
+        """bwrap itself failed (its message leads stderr): the program never ran, so whatever the
+        status says is the sandbox's failure, never the program's verdict."""
+        return self.stderr.startswith("bwrap:")
+
+    def check_isolation(self) -> None:
+        """OSError when :attr:`isolation_failed`, for callers whose OSError path is the infra-error one."""
+        if self.isolation_failed:
+            raise OSError(f"isolation failed: {self.stderr.strip()[:300]}")
+
 
 @dataclass
 class CaseResult:

@@ -5,24 +5,24 @@ from __future__ import annotations
 import resource
 from dataclasses import dataclass
 
+from longcat_plugins.bounds import bounded, check_bounds
+
 
 @dataclass(frozen=True)
 class Limits:
     """Limits for one process tree. ``nproc`` counts every process of the run's uid (that is
     why each concurrent run gets its own uid), so a fork bomb stops at ``nproc``."""
 
-    cpu_s: float = 5.0
-    wall_s: float = 10.0
-    memory_mb: int = 512
-    nproc: int = 32
-    fsize_mb: int = 16
-    nofile: int = 64
-    output_bytes: int = 1 << 20
+    cpu_s: float = bounded(5.0, gt=0)
+    wall_s: float = bounded(10.0, gt=0)
+    memory_mb: int = bounded(512, gt=0)
+    nproc: int = bounded(32, gt=0)
+    fsize_mb: int = bounded(16, gt=0)
+    nofile: int = bounded(64, gt=0)
+    output_bytes: int = bounded(1 << 20, gt=0)
 
     def __post_init__(self) -> None:
-        for name in ("cpu_s", "wall_s", "memory_mb", "nproc", "fsize_mb", "nofile", "output_bytes"):
-            if getattr(self, name) <= 0:
-                raise ValueError(f"Limits.{name} must be > 0, got {getattr(self, name)!r}")
+        check_bounds(self, "Limits.")
 
     def apply(self) -> None:
         """Set the rlimits of the calling process (the sandbox child, before exec)."""

@@ -115,6 +115,22 @@ class SandboxReport:
     def all_passed(self) -> bool:
         return bool(self.cases) and all(c.passed for c in self.cases)
 
+    def compile_failed(self, error: str, n_cases: int) -> None:
+        """The program did not compile (warm: did not load): every case is a compile error."""
+        self.compiled = False
+        self.compile_error = error
+        self.cases = [CaseResult(False, "compile_error") for _ in range(n_cases)]
+
+
+def _case_result(status: str, stdout: str, wall_s: float, stderr: str, expected: str | None) -> CaseResult:
+    """The verdict on one run of a case: a failed run is its status; a clean one passes when it
+    printed ``expected`` (``None``: an assert-based case, whose clean exit is the pass)."""
+    if status != "ok":
+        return CaseResult(False, status, wall_s, stderr[-500:])
+    if expected is None or stdout_matches(stdout, expected):
+        return CaseResult(True, "passed", wall_s)
+    return CaseResult(False, "wrong_answer", wall_s, f"got {stdout[:200]!r}")
+
 
 class Sandbox:
     """Runs untrusted programs; one instance can serve many concurrent submissions."""
@@ -352,12 +368,9 @@ class Sandbox:
         compile_argv = lang.compile_argv(src, exe)
         if compile_argv and not all(c.assert_code is not None for c in suite.cases):
             res = await self.exec(compile_argv, run_dir, io_dir, self.compile_limits, uid)
-            if res.stderr.startswith("bwrap:"):
-                raise OSError(f"isolation failed: {res.stderr.strip()[:300]}")
+            res.check_isolation()
             if res.status != "ok":
-                report.compiled = False
-                report.compile_error = (res.stderr or res.status)[-2000:]
-                report.cases = [CaseResult(False, "compile_error") for _ in suite.cases]
+                report.compile_failed((res.stderr or res.status)[-2000:], len(suite.cases))
                 return
         if suite.fn_name is not None:
             if lang.name != "python":
@@ -379,10 +392,8 @@ class Sandbox:
             res = await self.exec(lang.run_argv(src, exe), run_dir, io_dir, self.limits, uid, case.stdin)
         if res.status != "ok":
             await self._sweep(uid)
-            return CaseResult(False, res.status, res.wall_s, res.stderr[-500:])
-        if case.assert_code is not None or stdout_matches(res.stdout, case.expected or ""):
-            return CaseResult(True, "passed", res.wall_s)
-        return CaseResult(False, "wrong_answer", res.wall_s, f"got {res.stdout[:200]!r}")
+        expected = None if case.assert_code is not None else case.expected or ""
+        return _case_result(res.status, res.stdout, res.wall_s, res.stderr, expected)
 
     async def _run_call_based(
         self, src: str, suite: TestSuite, run_dir: str, io_dir: str, uid: int | None, report: SandboxReport
@@ -441,14 +452,7 @@ class Sandbox:
         inputs = [c.stdin for c in suite.cases]
         got = await run_warm_stdio(self, src, inputs, run_dir, io_dir, uid, python=lang.run[0])
         if got.compile_error is not None:
-            report.compiled = False
-            report.compile_error = got.compile_error
-            report.cases = [CaseResult(False, "compile_error") for _ in suite.cases]
+            report.compile_failed(got.compile_error, len(suite.cases))
             return
         for case, (status, stdout, wall, stderr) in zip(suite.cases, got.cases, strict=True):
-            if status != "ok":
-                report.cases.append(CaseResult(False, status, wall, stderr[-500:]))
-            elif stdout_matches(stdout, case.expected or ""):
-                report.cases.append(CaseResult(True, "passed", wall))
-            else:
-                report.cases.append(CaseResult(False, "wrong_answer", wall, f"got {stdout[:200]!r}"))
+            report.cases.append(_case_result(status, stdout, wall, stderr, case.expected or ""))

@@ -170,8 +170,7 @@ async def run_warm(
     argv.append(",".join(preload))
     stdin = "".join(json.dumps({"name": c.name, "code": c.code}) + "\n" for c in cases)
     res = await sandbox.exec(argv, run_dir, io_dir, _batch_limits(limits, len(cases)), uid, stdin)
-    if res.stderr.startswith("bwrap:"):
-        raise OSError(f"isolation failed: {res.stderr.strip()[:300]}")
+    res.check_isolation()
     return parse_results(res, len(cases)), res
 
 
@@ -190,8 +189,7 @@ async def run_per_process(
     for case in cases:
         code = "import os, sys\nsys.path.insert(0, os.getcwd())\n" + case.code
         res = await sandbox.exec([python, "-I", "-S", "-B", "-c", code], run_dir, io_dir, limits, uid)
-        if res.stderr.startswith("bwrap:"):
-            raise OSError(f"isolation failed: {res.stderr.strip()[:300]}")
+        res.check_isolation()
         if res.status == "ok":
             out.append(CaseResult(True, "passed", res.wall_s))
         else:
@@ -382,8 +380,7 @@ async def run_warm_stdio(
     stdin = "".join(json.dumps(text) + "\n" for text in inputs)
     max_stdin = max((len(t.encode()) for t in inputs), default=0)
     res = await sandbox.exec(argv, run_dir, io_dir, _stdio_batch_limits(limits, len(inputs), max_stdin), uid, stdin)
-    if res.stderr.startswith("bwrap:"):
-        raise OSError(f"isolation failed: {res.stderr.strip()[:300]}")
+    res.check_isolation()
     if not started(res):
         raise OSError(f"warm harness did not start ({res.status}): {res.stderr.strip()[-300:]}")
     lines = res.stdout.split("\n")

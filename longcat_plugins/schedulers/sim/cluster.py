@@ -29,6 +29,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from longcat_plugins.bounds import bounded, check_bounds
+
 
 @dataclass(frozen=True)
 class ClusterSpec:
@@ -37,16 +39,16 @@ class ClusterSpec:
     devices: int = 32
     #: devices that train in the disaggregated modes (the elastic group in ``dora_elastic``)
     train_devices: int = 8
-    step_base_s: float = 0.025
-    step_per_request_s: float = 0.0025
+    step_base_s: float = bounded(0.025, gt=0)
+    step_per_request_s: float = bounded(0.0025, ge=0)
     #: decode-step seconds per 1K context tokens of the decoding requests (attention KV reads)
-    step_per_ktoken_s: float = 0.0001
+    step_per_ktoken_s: float = bounded(0.0001, ge=0)
     #: KV tokens an instance holds with one weight version resident (report footnote: ~4 × 64K)
-    kv_capacity_tokens: int = 4 * 65536
+    kv_capacity_tokens: int = bounded(4 * 65536, gt=0)
     #: KV tokens displaced by each further weight version an instance holds
-    version_kv_tokens: int = 65536
-    prefill_tokens_per_s: float = 20000.0
-    kv_transfer_tokens_per_s: float = 50000.0
+    version_kv_tokens: int = bounded(65536, ge=0)
+    prefill_tokens_per_s: float = bounded(20000.0, gt=0)
+    kv_transfer_tokens_per_s: float = bounded(50000.0, gt=0)
     train_device_s_per_ktoken: float = 2.0
     train_overhead_s: float = 20.0
     weight_sync_s: float = 30.0
@@ -56,12 +58,7 @@ class ClusterSpec:
             raise ValueError(
                 f"ClusterSpec.train_devices must be in [1, devices - 1] = [1, {self.devices - 1}], got {self.train_devices}"
             )
-        for name in ("step_base_s", "prefill_tokens_per_s", "kv_transfer_tokens_per_s", "kv_capacity_tokens"):
-            if not getattr(self, name) > 0:
-                raise ValueError(f"ClusterSpec.{name} must be > 0, got {getattr(self, name)!r}")
-        for name in ("step_per_request_s", "step_per_ktoken_s", "version_kv_tokens"):
-            if getattr(self, name) < 0:
-                raise ValueError(f"ClusterSpec.{name} must be >= 0, got {getattr(self, name)!r}")
+        check_bounds(self, "ClusterSpec.")
 
     def step_seconds(self, decoding: int, context_tokens: float) -> float:
         """Seconds of one decode step of ``decoding`` requests holding ``context_tokens`` of KV."""

@@ -19,6 +19,7 @@ import math
 import random
 from dataclasses import dataclass, field
 
+from longcat_plugins.bounds import bounded, check_bounds
 from longcat_plugins.schedulers.core.types import PromptRef
 
 
@@ -26,13 +27,13 @@ from longcat_plugins.schedulers.core.types import PromptRef
 class DomainSpec:
     """One data domain of the simulated workload (see the module docstring for the formulas)."""
 
-    share: float = 1.0
-    median_tokens: float = 3000.0
+    share: float = bounded(1.0, gt=0)
+    median_tokens: float = bounded(3000.0, gt=0)
     sigma: float = 0.7
     tail_prob: float = 0.08
     tail_min: float = 12000.0
     tail_alpha: float = 1.2
-    turns: int = 1
+    turns: int = bounded(1, ge=1)
     env_latency_s: float = 0.0
     env_sigma: float = 0.8
     pass_alpha: float = 1.0
@@ -66,8 +67,7 @@ class Workload:
         if not self.domains:
             raise ValueError("Workload.domains must name at least one domain")
         for name, d in self.domains.items():
-            if d.share <= 0 or d.turns < 1 or d.median_tokens <= 0:
-                raise ValueError(f"Workload.domains.{name}: share > 0, turns >= 1 and median_tokens > 0 required")
+            check_bounds(d, f"Workload.domains.{name}.")
         rng = random.Random(self.seed)
         total = sum(d.share for d in self.domains.values())
         names = sorted(self.domains)
