@@ -953,6 +953,7 @@ TABLES: dict[str, tuple[str, Renderer]] = {
     "time_to_target": ("bench/results/learning_time_to_target.json", time_to_target),
     "time_to_target_summary": ("bench/results/learning_time_to_target.json", time_to_target_summary),
     "system_runs": ("bench/results/system.json", system_runs),
+    "system_tool_runs": ("bench/results/system_tool.json", system_runs),
     "tool_selection": ("bench/results/archive/tool_selection.json", tool_selection),
     "tool_graphs": ("longcat_plugins/environments/domains", tool_graphs),
     "warm_starts": ("bench/results/archive/warm_starts.json", warm_starts),
