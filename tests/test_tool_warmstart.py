@@ -43,7 +43,7 @@ def test_warm_overrides_compose_and_validate_with_the_tool_agent_recipe(tmp_path
 
 def test_the_tool_demo_starts_from_the_measured_plan_at_the_measured_rate(tmp_path: Path) -> None:
     """``demo --recipe tool_agent`` (warm by default) builds exactly the plan its figures come from
-    (bench/results/learning_tool_agent.json, demo_tool_agent.json: the ``toolwarm-tiny-seed0-878f39544c``
+    (bench/results/archive/learning_tool_agent.json, demo_tool_agent.json: the ``toolwarm-tiny-seed0-878f39544c``
     warm start) and trains it at lr 3e-4 for 20 steps, validating every 4."""
     from longcat_plugins.learning.demos import TOOL_WARM_DEMO_STEPS, tool_warm_demo
     from longcat_plugins.learning.tool_warmstart import DEMO_PLAN, demo_plan
