@@ -15,8 +15,9 @@ from longcat_plugins.learning.warmstart import WarmStart
 
 pytestmark = [pytest.mark.slow, pytest.mark.ray]
 
-#: steps of the run: with the plateau detector's window at 1 (the recipe's is 2), a phase can
-#: start after 2 trained steps, and its verification rows are trained a step or two later
+#: steps of the run: with the plateau detector's window at 1 (the recipe's is 2) and any rise
+#: below 1.0 counted as a plateau, a phase starts after step 2, and its verification rows are
+#: trained a step or two later (the phase waits for them up to ``wait_steps``)
 STEPS = 5
 SV = "longcat.settings.scheduler.longcat_data.selfverify"
 #: the recipe at a size 2 shared CPU cores finish within the test: 4 tasks a step (chosen among 8)
@@ -32,6 +33,7 @@ SMALL = [
     "trainer.val_before_train=false",
     "trainer.test_freq=-1",
     f"{SV}.window=1",
+    f"{SV}.min_delta=1.0",
 ]
 #: the metrics shown when a component did not act
 SHOWN = (
