@@ -509,12 +509,18 @@ def fusion(d: dict[str, Any]) -> list[str]:
         commit = commit or (found.group(1) if found else None)
     previous = f"previous engine ({commit or '?'})"
     mk = d.get("mergekit_version")
-    columns = ["method", "runs (ours)", "ours: wall / peak RSS", "ours: CPU (user + sys)", "ours: wall / read floor"]
+    columns = [
+        "method",
+        "runs (ours)",
+        "ours: wall (range) / peak RSS",
+        "ours: CPU (user + sys)",
+        "ours: wall / read floor",
+    ]
     has_reference = any("ours_reference_float32" in t for t in d["summary"].values())
     has_mergekit = any("mergekit_float32" in t or "mergekit_default" in t for t in d["summary"].values())
     if has_reference:
         columns += [
-            f"{previous}: wall / peak RSS",
+            f"{previous}: wall (range) / peak RSS",
             f"{previous}: CPU",
             "ours / previous: wall, CPU",
             "outputs bit-identical to the previous",
@@ -523,8 +529,11 @@ def fusion(d: dict[str, Any]) -> list[str]:
         columns += [f"mergekit {mk} `float32`: wall", f"mergekit {mk} default dtype: wall"]
     out = header(*columns)
 
-    def cell(x: dict[str, Any] | None) -> str:
-        return "–" if x is None else f"{x['median_wall_s']:.1f} s / {x['max_rss_mb']:.0f} MiB"
+    def cell(x: dict[str, Any] | None) -> str:  # the median, and the range where there are several runs
+        if x is None:
+            return "–"
+        spread = f" ({x['min_wall_s']:.1f}-{x['max_wall_s']:.1f})" if x.get("runs", 1) > 1 and "min_wall_s" in x else ""
+        return f"{x['median_wall_s']:.1f} s{spread} / {x['max_rss_mb']:.0f} MiB"
 
     def cpu(x: dict[str, Any] | None) -> str:
         return "–" if x is None or x.get("median_cpu_s") is None else f"{x['median_cpu_s']:.1f} s"

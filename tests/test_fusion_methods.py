@@ -695,3 +695,45 @@ def test_disjoint_merge_weights_before_and_after_the_election(nonfinite: bool, m
         want = _rule_sum(rule, eta)
         got, got_erased = methods._disjoint_merge([d.clone() for d in deltas], eta, majority, True, after=eta)
         assert torch.equal(_bits(got), _bits(want)) and got_erased == erased, (seed, majority, "after")
+
+
+def test_select_positions_of_the_value_and_absolute_ranks() -> None:
+    """``_select``'s ``where`` (radix only) is exactly ``nonzero(values == value)``, ascending, and
+    ``absolute`` ranks ``|values|`` without building it: the same elements, counts and positions
+    as ranking ``values.abs()``, through the radix select and through the fall-back (NaN, inf)."""
+    from longcat_plugins.fusion.methods import _select
+
+    for case in range(6):
+        g = torch.Generator().manual_seed(case)
+        n = 40_000 + case
+        signed = _with_edge_values(_bf16_deltas(case, n, 2), case)[0]
+        magnitude = signed.abs()
+        ranks = [1, n, *(int(r) for r in torch.randint(1, n + 1, (10,), generator=g))]
+        for rank, got, plain in zip(
+            ranks, _select(signed, ranks, absolute=True), _select(magnitude, ranks, unsigned=True), strict=True
+        ):
+            want = magnitude.kthvalue(rank).values
+            assert torch.equal(_bits(got.value), _bits(want)), (case, rank)
+            assert (got.less, got.equal, got.radix) == (plain.less, plain.equal, plain.radix), (case, rank)
+            if got.radix:
+                at = torch.nonzero(magnitude == want).view(-1)
+                assert torch.equal(got.where, at) and torch.equal(plain.where, at), (case, rank)
+            else:
+                assert got.where is None and case % 4 == 2, case  # NaN and inf take the fall-back
+
+
+def test_rank_band_permutation_order_in_slices(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The tied elements' permutation order, found slice by slice through a bitmap, is the
+    stable-sort definition's for slices that do not divide the tensor (both band edges cut)."""
+    import longcat_plugins.fusion.methods as methods
+
+    monkeypatch.setattr(methods, "_PERM_SLICE", 997)
+    for case, (density, gamma) in enumerate([(0.9, 0.01), (0.3, 0.2)]):
+        values = _bf16_deltas(10 + case, 60_001, 1)[0].abs()
+        n = values.numel()
+        k, t = int(density * n), int(gamma * n)
+        low = max(0, n - k - t)
+        want = torch.zeros(n, dtype=torch.bool)
+        want[methods._ranked_ascending(values, torch.Generator().manual_seed(case))[low : low + k]] = True
+        got = methods._rank_band(values, torch.Generator().manual_seed(case), low, low + k)
+        assert torch.equal(got, want), case

@@ -543,6 +543,11 @@ class _IO:
         raw = ckpt.read_range(info, start, stop, out=self._buffer("raw", slot, n * ITEMSIZE[info.dtype]))
         return self._buffer("f32", slot, n * 4)[: n * 4].view(torch.float32).copy_(raw)
 
+    def read_stored(self, ckpt: Checkpoint, info: TensorInfo, start: int, stop: int, slot: int) -> torch.Tensor:
+        """Elements [start, stop) in their stored dtype, in this thread's reusable buffer for ``slot``."""
+        n = stop - start
+        return ckpt.read_range(info, start, stop, out=self._buffer("raw", slot, n * ITEMSIZE[info.dtype]))
+
     def tensor_ahead(self, info: TensorInfo) -> None:
         """Ask the kernel for ``info`` and the tensors after it in file order, ``READ_AHEAD_BYTES``
         per checkpoint in all (a larger tensor's rest follows in :meth:`ahead`'s rolling window):
@@ -573,29 +578,42 @@ class _IO:
                 ckpt.will_need(info, start, stop)
 
 
+#: dtypes whose values float32 holds exactly: a mixed-dtype op on them widens them as ``.float()`` does
+_EXACT_IN_FLOAT32 = frozenset({"F32", "F16", "BF16"})
+
+
 def _tensor_sq_norms(io: _IO, runner: _Runner, info: TensorInfo) -> list[float]:
     """‖θ_i − θ_base‖² of one tensor per expert: δ_i built chunk by chunk in one float32 tensor
     (element-wise, so exact), then one ``vector_norm`` over the whole of it, as a whole-tensor
-    computation does: the norms, and so the normalised output, do not depend on the chunk size."""
+    computation does: the norms, and so the normalised output, do not depend on the chunk size.
+
+    One δ buffer serves every expert in turn, and where the stored dtype widens exactly (bf16,
+    f16, f32) each chunk is subtracted straight from the stored values (``torch.sub`` widens
+    them, as the float32 copy did): no float32 copy of the expert's chunk, no fresh δ per expert."""
     import torch
 
     if runner.stop.is_set():
         return []
     io.tensor_ahead(info)
     ranges = _ranges(info.numel, io.chunk)
+    exact = info.dtype in _EXACT_IN_FLOAT32 and io.chunk is not None
     with runner.budget.hold(info.numel * 4):
         out = []
+        delta = torch.empty(info.numel, dtype=torch.float32)
         for j, ckpt in enumerate(io.experts):
-            delta = torch.empty(info.numel, dtype=torch.float32)
             for k, (a, b) in enumerate(ranges):
                 if io.prefetch and k + 1 < len(ranges):
                     ckpt.will_need(info, *ranges[k + 1])
                 elif io.prefetch and j + 1 < len(io.experts):
                     io.experts[j + 1].will_need(info, *ranges[0])
-                delta[a:b] = io.read_float(ckpt, info, a, b, slot=0)
-                delta[a:b].sub_(io.read_float(io.base, info, a, b, slot=1))
+                if exact:
+                    torch.sub(io.read_stored(ckpt, info, a, b, slot=0), io.read_float(io.base, info, a, b, slot=1),
+                              out=delta[a:b])  # fmt: skip
+                else:
+                    delta[a:b] = io.read_float(ckpt, info, a, b, slot=0)
+                    delta[a:b].sub_(io.read_float(io.base, info, a, b, slot=1))
             out.append(float(torch.linalg.vector_norm(delta.view(info.shape))) ** 2)
-            del delta
+        del delta
     return out
 
 

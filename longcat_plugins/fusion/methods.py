@@ -251,6 +251,8 @@ class _Rank(NamedTuple):
     less: int  # elements smaller than it
     equal: int  # elements equal to it (itself included)
     radix: bool  # found by the radix select: every value is finite and non-negative (no −0.0)
+    #: the radix select's: the flat indices of the elements equal to it, ascending (the fall-back: None)
+    where: "torch.Tensor | None" = None
 
 
 def _kth_smallest(values: "torch.Tensor", ranks: "list[int]") -> "list[torch.Tensor]":
@@ -259,7 +261,9 @@ def _kth_smallest(values: "torch.Tensor", ranks: "list[int]") -> "list[torch.Ten
     return [r.value for r in _select(values, ranks)]
 
 
-def _select(values: "torch.Tensor", ranks: "list[int]", *, unsigned: bool = False) -> "list[_Rank]":
+def _select(
+    values: "torch.Tensor", ranks: "list[int]", *, unsigned: bool = False, absolute: bool = False
+) -> "list[_Rank]":
     """For each 1-based rank j: the j-th smallest element of ``values`` (exactly
     ``values.reshape(-1).kthvalue(j).values``), how many elements are smaller and how many equal
     it, found by a two-level radix select instead of quickselect where that is exact.
@@ -269,9 +273,13 @@ def _select(values: "torch.Tensor", ranks: "list[int]", *, unsigned: bool = Fals
     shift) names the bucket that holds rank j, and a histogram of the low 16 bits of that
     bucket's elements names the value: about a fifth of ``kthvalue``'s time. The cumulative
     histograms give the counts for free (the callers would otherwise compare the whole tensor
-    again). Negative values (−0.0 included), NaN and inf take ``kthvalue`` and comparisons,
-    whose order they need. ``unsigned``: the caller knows no sign bit is set (``abs()``'s
-    output, NaN included), so the histogram's length alone tells whether NaN or inf is present.
+    again), and the bucket's indices give the positions of the elements equal to the value
+    (``where``; the callers would otherwise compare and ``nonzero`` the whole tensor). Negative
+    values (−0.0 included), NaN and inf take ``kthvalue`` and comparisons, whose order they need.
+    ``unsigned``: the caller knows no sign bit is set (``abs()``'s output, NaN included), so the
+    histogram's length alone tells whether NaN or inf is present. ``absolute``: rank ``|values|``
+    without building it (the top half of each pattern with its sign bit cleared: the patterns of
+    ``abs()``'s output); every result is then ``|values|``'s, the fall-back included.
     """
     import sys
 
@@ -279,30 +287,40 @@ def _select(values: "torch.Tensor", ranks: "list[int]", *, unsigned: bool = Fals
 
     flat = values.reshape(-1)
     if flat.dtype != torch.float32 or flat.numel() < _RADIX_MIN:
-        return [_select_by_kthvalue(flat, j) for j in ranks]
+        return _select_fallback(flat, ranks, absolute)
     bits = flat.view(torch.int32)
     top = flat.view(torch.int16)[1::2] if sys.byteorder == "little" else bits >> 16
-    if not unsigned:
+    if absolute:
+        top = top & 0x7FFF  # |x|'s top half (a fresh contiguous int16, half of what abs() writes)
+    elif not unsigned:
         least, most = torch.aminmax(top)
         if int(least) < 0 or int(most) >= _INF_TOP:
-            return [_select_by_kthvalue(flat, j) for j in ranks]
+            return _select_fallback(flat, ranks, absolute)
     below = torch.bincount(top)
     if below.numel() > _INF_TOP:  # NaN or inf present
-        return [_select_by_kthvalue(flat, j) for j in ranks]
+        return _select_fallback(flat, ranks, absolute)
     below = below.cumsum_(0)  # below[b]: elements whose top bits are <= b
-    buckets: dict[int, torch.Tensor] = {}
+    buckets: dict[int, tuple[torch.Tensor, torch.Tensor, torch.Tensor]] = {}
     out = []
     for j in ranks:
         b = int(torch.searchsorted(below, j))  # the first bucket holding rank j
         before = int(below[b - 1]) if b else 0
         if b not in buckets:
-            buckets[b] = torch.bincount(bits[top == b] & 0xFFFF, minlength=1 << 16).cumsum_(0)
-        cum = buckets[b]
+            members = torch.nonzero(top == b).view(-1)  # ascending
+            low_bits = bits[members] & 0xFFFF  # the low half is the same for x and |x|
+            buckets[b] = (members, low_bits, torch.bincount(low_bits, minlength=1 << 16).cumsum_(0))
+        members, low_bits, cum = buckets[b]
         low = int(torch.searchsorted(cum, j - before))
         less = before + (int(cum[low - 1]) if low else 0)
         value = torch.tensor((b << 16) | low, dtype=torch.int32).view(torch.float32)
-        out.append(_Rank(value, less, before + int(cum[low]) - less, True))
+        out.append(_Rank(value, less, before + int(cum[low]) - less, True, members[low_bits == low]))
     return out
+
+
+def _select_fallback(flat: "torch.Tensor", ranks: "list[int]", absolute: bool) -> "list[_Rank]":
+    """:func:`_select` by ``kthvalue`` (of ``|flat|`` when ``absolute``)."""
+    flat = flat.abs() if absolute else flat
+    return [_select_by_kthvalue(flat, j) for j in ranks]
 
 
 def _select_by_kthvalue(flat: "torch.Tensor", rank: int) -> _Rank:
@@ -339,10 +357,10 @@ def _trim(delta: "torch.Tensor", density: float, generator: "torch.Generator") -
         return numel
     k = max(1, int(density * numel))
     flat = delta.view(-1)
-    magnitude = flat.abs()
-    (rank,) = _select(magnitude, [numel - k + 1], unsigned=True)
+    (rank,) = _select(flat, [numel - k + 1], absolute=True)  # of |δ|, without building it
     threshold = rank.value
     if not rank.radix:  # NaN, inf or a small tensor: the bool mask, as the rule is written
+        magnitude = flat.abs()
         keep = magnitude > threshold
         short = k - int(torch.count_nonzero(keep))
         tied = torch.nonzero(magnitude == threshold).view(-1)
@@ -356,12 +374,10 @@ def _trim(delta: "torch.Tensor", density: float, generator: "torch.Generator") -
         return numel - k
     short = k - (numel - rank.less - rank.equal)  # how many of the tied entries are kept
     if short >= rank.equal:  # every tied entry stays: cut |δ| < t, i.e. |δ| <= the float32 below t
-        del magnitude
         below = float(torch.nextafter(threshold, torch.tensor(-math.inf)))
         torch.ops.aten.hardshrink.out(flat, below, out=flat)
         return numel - k
-    tied = torch.nonzero(magnitude == threshold).view(-1)
-    del magnitude
+    tied = rank.where  # the indices where |δ| == t, ascending (as nonzero gives them)
     chosen = tied[torch.randperm(tied.numel(), generator=generator)[:short]]
     del tied
     kept = flat[chosen]
@@ -634,29 +650,51 @@ def _rank_band(
     lo, hi = edges[0].value, edges[1].value
     keep = flat > lo
     keep &= flat < hi
-    cut = []  # the band's slice of the block of each edge it cuts
-    codes = None  # 1 where an element ties with the first such edge, 2 with the second (the blocks are disjoint)
+    cut = []  # per edge the band cuts: its tied elements' indices, its value, the band's slice of its block
     for edge in edges if bool(lo != hi) else edges[:1]:
         first, count = edge.less, edge.equal
         start, stop = max(low, first), min(high, first + count)  # the ranks of the block inside the band
         if stop <= start:
             continue
-        tied = flat == edge.value
+        tied = edge.where if edge.where is not None else torch.nonzero(flat == edge.value).view(-1)
         if (start, stop) == (first, first + count):
-            keep |= tied
+            keep[tied] = True
             continue
-        cut.append((start - first, stop - first))
-        codes = tied.view(torch.uint8) if codes is None else torch.add(codes, tied.view(torch.uint8), alpha=2)
-        del tied
-    if codes is None:
+        cut.append((tied, edge.value, start - first, stop - first))
+    if not cut:
         return keep
     perm = torch.randperm(n, generator=generator, dtype=torch.int32 if n < 1 << 31 else torch.int64)
-    ranked = codes[perm]  # one gather for both edges: the codes in the permutation's order
-    del codes
-    for code, (a, b) in enumerate(cut, start=1):
-        in_order = perm[ranked == code]  # the tied elements, ranked as the permutation orders them
-        keep[in_order[a:b]] = True
+    candidates = _in_permutation_order(perm, [tied for tied, *_ in cut], n)
+    del perm
+    for _, value, a, b in cut:
+        in_order = candidates[flat[candidates] == value] if len(cut) > 1 else candidates
+        keep[in_order[a:b]] = True  # the tied elements, ranked as the permutation orders them
     return keep
+
+
+#: elements of the permutation per slice of :func:`_in_permutation_order` (its temporaries stay in the caches)
+_PERM_SLICE = 1 << 18
+
+
+def _in_permutation_order(perm: "torch.Tensor", members: "list[torch.Tensor]", n: int) -> "torch.Tensor":
+    """The elements of ``perm`` that are in one of ``members`` (disjoint index sets), in ``perm``'s
+    order: ``perm[isin(perm, members)]``.
+
+    Membership is a bitmap, one bit per element (n/8 bytes), looked up at ``perm >> 3`` slice by
+    slice: a table of a byte per element (n bytes, 33 MB for an embedding) gathered at random
+    misses the caches and the TLB on every lookup; a bitmap an eighth of that mostly hits."""
+    import torch
+
+    table = torch.zeros((n >> 3) + 1, dtype=torch.uint8)
+    one = torch.ones((), dtype=torch.uint8)
+    for idx in members:  # distinct bits of a byte: their sum is their union
+        table.index_put_((idx >> 3,), one.bitwise_left_shift((idx & 7).to(torch.uint8)), accumulate=True)
+    found = []
+    for a in range(0, perm.numel(), _PERM_SLICE):
+        part = perm[a : a + _PERM_SLICE]
+        hit = table[part >> 3].bitwise_right_shift_((part & 7).to(torch.uint8)).bitwise_and_(1)
+        found.append(part[hit.view(torch.bool)])
+    return torch.cat(found) if found else perm[:0]
 
 
 def _breadcrumbs_params(*, density: float, gamma: float, **_: object) -> None:
