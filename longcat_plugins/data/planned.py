@@ -282,10 +282,14 @@ class PlannedData:
         :meth:`observe`, which learns from those that online filtering dropped; returns how many."""
         gone = [uid for uid in self.group_refs if uid not in live]
         for uid in gone:
-            self.gone[uid] = (self.group_refs.pop(uid), uid in self.verify_uids)
-            self.problems.pop(uid, None)
-            self.verify_uids.discard(uid)
+            self._set_aside(uid)
         return len(gone)
+
+    def _set_aside(self, uid: str) -> None:
+        """Move a submitted group out of the live records into :attr:`gone`."""
+        self.gone[uid] = (self.group_refs.pop(uid), uid in self.verify_uids)
+        self.problems.pop(uid, None)
+        self.verify_uids.discard(uid)
 
     # -- learning from the trained batch --------------------------------------------------------
 
@@ -347,11 +351,9 @@ class PlannedData:
         dropped: list[GroupResult] = []
         verify_dropped: list[float] = []
         for uid, rewards in (filtered or {}).items():
+            if uid in self.group_refs:  # dropped, and not yet set aside by retain
+                self._set_aside(uid)
             ref, verifies = self.gone.pop(uid, (None, False))
-            if ref is None and uid in self.group_refs:  # dropped, and not yet set aside by retain
-                ref, verifies = self.group_refs.pop(uid), uid in self.verify_uids
-                self.problems.pop(uid, None)
-                self.verify_uids.discard(uid)
             if ref is None:
                 continue
             if verifies:

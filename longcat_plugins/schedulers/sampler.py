@@ -97,8 +97,11 @@ class FinishedGroup:
 
     domain: str | None
     verdict: str | None
-    mean_reward: float | None
     rewards: tuple[float, ...] = ()
+
+    @property
+    def mean_reward(self) -> float | None:
+        return float(np.mean(self.rewards)) if self.rewards else None
 
 
 def _rng_state(state: Any) -> tuple:
@@ -242,7 +245,7 @@ class DoraReplayBuffer(ReplayBufferAsync):
         path = self.settings.domain_key.split(".")
         fields = (["rm_scores"] if filtering else []) + ([path[0]] if self.balances_domains else [])
         if not fields:
-            cache.update({uid: FinishedGroup(None, None, None) for uid in new})
+            cache.update({uid: FinishedGroup(None, None) for uid in new})
             return cache
         keys = self._trajectory_keys(partition_id, new)
         missing = new - {group_uid(key) for key in keys}
@@ -291,8 +294,7 @@ class DoraReplayBuffer(ReplayBufferAsync):
                 if group_rewards
                 else None
             )
-            mean = float(np.mean(group_rewards)) if group_rewards else None
-            cache[uid] = FinishedGroup(domains.get(uid), verdict, mean, tuple(group_rewards or ()))
+            cache[uid] = FinishedGroup(domains.get(uid), verdict, tuple(group_rewards or ()))
         return cache
 
     def _dapo_filtered_keys(self, partition_id: str) -> tuple[set[str], Counter]:

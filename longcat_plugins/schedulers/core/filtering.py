@@ -40,8 +40,9 @@ def filter_verdict(
     if by_signal:
         if max(valid) != min(valid):
             return None
-        side = "all_correct" if valid[0] >= correct_threshold else "all_wrong"
-        return side if (drop_all_correct if side == "all_correct" else drop_all_wrong) else None
+        if valid[0] >= correct_threshold:
+            return "all_correct" if drop_all_correct else None
+        return "all_wrong" if drop_all_wrong else None
     if drop_all_correct and all(r >= correct_threshold for r in valid):
         return "all_correct"
     if drop_all_wrong and all(r <= wrong_threshold for r in valid):
