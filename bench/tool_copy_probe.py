@@ -311,12 +311,13 @@ def main() -> None:
         "lr": plan.sft_lr,
         "batch": plan.sft_batch_size,
         "updates": args.updates or plan.sft_steps,
-        "tie": 0,
+        "tie": int(plan.tie_embeddings),
         "size": plan.size,
-        "hidden": 0,
+        "hidden": plan.hidden_size,
         "layers": 0,
         "heads": 0,
         "loss": "assistant",
+        "seed": plan.seed,
     }
     variants = parse_variants(args.variants, defaults)
     origin = provenance(seeds=sorted({int(s.get("seed", 0)) for _, s in variants}))

@@ -93,8 +93,7 @@ class Demo:
 WARM_TEST_FREQ = 3
 #: the warm-started demo's default length
 WARM_DEMO_STEPS = 12
-#: the tool agent's demo: its held-out success rose 0.0% -> 23.4% within 20 steps at lr 3e-4
-#: (bench/results/learning_tool_agent.json, the demo plan's run)
+#: the tool agent's demo length (what it learns there: bench/results/demo_tool_agent.json)
 TOOL_WARM_DEMO_STEPS = 20
 WARM_OVERRIDES = [
     "reward.custom_reward_function.name=arithmetic_exact",

@@ -154,10 +154,12 @@ def build_tool_tokenizer(
 
 
 #: the plan ``demo --recipe tool_agent`` builds: 4,000 verl SFT updates of a 128-d tied model on
-#: one-token pooled values (its copy formed: 95% of held-out first calls right), with a stop-early
-#: twin of every row, so greedily it stops after the lookup on nearly every held-out task (0-3%
-#: success) while at temperature 1 it acts on ~1 in 4 and then succeeds: GRPO at lr 3e-4 took
-#: held-out success 0.0% -> 25.0-28.1% in 120 steps, seeds 0-2 (``bench/results/learning_tool_agent.json``)
+#: one-token pooled values, with a stop-early twin of every row. Whether the copy of a value into a
+#: call forms within those updates depends on the SFT run's seed and data: an earlier build formed it
+#: (95% of held-out first calls right, ``bench/results/archive/tool_warm_starts.json``) and GRPO then
+#: took held-out success 0.0% -> 25.0-28.1% in 120 steps (``bench/results/archive/learning_tool_agent.json``,
+#: before the rubric's hardening); today's build did not (14% right, docs/learning.md), and the demo
+#: barely learns (``bench/results/demo_tool_agent.json``)
 DEMO_PLAN = WarmStartPlan(
     sft_steps=4000, revalued=4, value_pool=20, tie_embeddings=True, hidden_size=128, shortcuts=1.0
 )
