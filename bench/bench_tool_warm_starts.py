@@ -11,9 +11,10 @@ and play the held-out tasks in-process (:func:`longcat_plugins.learning.tool_pro
 
     .venv/bin/python bench/bench_tool_warm_starts.py --candidates tiny:400:400 [--append]
 
-A candidate is ``size:sft_steps:train_envs[:sp][:te][:rvN][:vpN][:hdN][:scF]`` (``sp``: ``space_tokens``; ``te``:
+A candidate is ``size:sft_steps:train_envs[:sp][:te][:rvN][:vpN][:hdN][:scF][:sdN]`` (``sp``: ``space_tokens``; ``te``:
 ``tie_embeddings``; ``rvN``: ``revalued=N``; ``vpN``: ``value_pool=N``, one-token values; ``hdN``:
-``hidden_size=N``; ``scF``: ``shortcuts=F``, stop-early twins, e.g. ``sc1`` or ``sc0.5``);
+``hidden_size=N``; ``scF``: ``shortcuts=F``, stop-early twins, e.g. ``sc1`` or ``sc0.5``; ``sdN``: ``seed=N``, the
+generator's, the tokenizer's, the base model's and the SFT run's);
 the other plan values are ``WarmStartPlan``'s defaults. The candidate ``lane`` is the vLLM lane's
 plan, ``tool_warmstart.LANE_PLAN`` (its build time, on a fresh ``--cache-dir``, is what the lane adds
 once per cache)::
@@ -41,7 +42,7 @@ OUT = Path(__file__).resolve().parent / "results" / "tool_warm_starts.json"
 
 
 def parse_candidate(spec: str) -> WarmStartPlan:
-    """The plan a ``size:sft_steps:train_envs[:sp][:te][:rvN][:vpN][:hdN][:scF]`` candidate (or ``lane``) names."""
+    """The plan a ``size:sft_steps:train_envs[:sp][:te][:rvN][:vpN][:hdN][:scF][:sdN]`` candidate (or ``lane``) names."""
     from longcat_plugins.learning.tool_warmstart import LANE_PLAN, WarmStartPlan
 
     if spec == "lane":
@@ -51,12 +52,14 @@ def parse_candidate(spec: str) -> WarmStartPlan:
         f
         for f in flags
         if f not in ("sp", "te")
-        and not (f[:2] in ("rv", "vp", "hd") and f[2:].isdigit())
+        and not (f[:2] in ("rv", "vp", "hd", "sd") and f[2:].isdigit())
         and not (f[:2] == "sc" and f[2:].replace(".", "", 1).isdigit())
     ]
     if unknown:
-        raise SystemExit(f"--candidates: unknown flag(s) {unknown} in {spec!r} (known: sp, te, rvN, vpN, hdN, scF)")
-    numbers = {f[:2]: int(f[2:]) for f in flags if f[:2] in ("rv", "vp", "hd")}
+        raise SystemExit(
+            f"--candidates: unknown flag(s) {unknown} in {spec!r} (known: sp, te, rvN, vpN, hdN, scF, sdN)"
+        )
+    numbers = {f[:2]: int(f[2:]) for f in flags if f[:2] in ("rv", "vp", "hd", "sd")}
     shortcuts = [float(f[2:]) for f in flags if f[:2] == "sc"]
     return WarmStartPlan(
         size=size,
@@ -68,6 +71,7 @@ def parse_candidate(spec: str) -> WarmStartPlan:
         tie_embeddings="te" in flags,
         hidden_size=numbers.get("hd", 0),
         shortcuts=shortcuts[0] if shortcuts else 0.0,
+        seed=numbers.get("sd", 0),
     )
 
 
@@ -102,7 +106,7 @@ def main() -> None:
     parser.add_argument(
         "--candidates",
         default="tiny:400:400",
-        help="comma-separated size:sft_steps:train_envs[:sp][:te][:rvN][:vpN][:hdN][:scF], or lane",
+        help="comma-separated size:sft_steps:train_envs[:sp][:te][:rvN][:vpN][:hdN][:scF][:sdN], or lane",
     )
     parser.add_argument("--n", type=int, default=4, help="sampled episodes per task")
     parser.add_argument("--sampled-tasks", type=int, default=10)

@@ -43,12 +43,12 @@ def test_warm_overrides_compose_and_validate_with_the_tool_agent_recipe(tmp_path
 
 def test_the_tool_demo_starts_from_the_measured_plan_at_the_measured_rate(tmp_path: Path) -> None:
     """``demo --recipe tool_agent`` (warm by default) builds exactly the plan its figures come from
-    (bench/results/archive/learning_tool_agent.json, demo_tool_agent.json: the ``toolwarm-tiny-seed0-878f39544c``
+    (bench/results/tool_warm_start_demo.json, demo_tool_agent.json: the ``toolwarm-tiny-seed1-479350de8d``
     warm start) and trains it at lr 3e-4 for 20 steps, validating every 4."""
     from longcat_plugins.learning.demos import TOOL_WARM_DEMO_STEPS, tool_warm_demo
     from longcat_plugins.learning.tool_warmstart import DEMO_PLAN, demo_plan
 
-    assert demo_plan("tiny") == DEMO_PLAN and DEMO_PLAN.key() == "878f39544c" and DEMO_PLAN.shortcuts == 1.0
+    assert demo_plan("tiny") == DEMO_PLAN and DEMO_PLAN.key() == "479350de8d" and DEMO_PLAN.shortcuts == 1.0
     assert demo_plan("small").size == "small" and demo_plan("small").hidden_size == 0  # the size's own width
     warm = ToolWarmStart(
         *(tmp_path / n for n in ("root", "model", "train", "val")), base=tmp_path / "base", sft=tmp_path / "sft.parquet"
