@@ -11,7 +11,9 @@ ends with and the 1-minute load average after it (the machine may be shared).
     .venv/bin/python bench/bench_demo.py --recipe tool_agent   # -> bench/results/demo_tool_agent.json
 
 ``--recipe tool_agent`` times ``demo --recipe tool_agent`` the same way (its warm start is the
-tool-use one, ``tool_warmstart.DEMO_PLAN``; the line it reads is ``held-out success``).
+tool-use one, ``tool_warmstart.DEMO_PLAN``; the line it reads is ``held-out success``), and
+``--recipe longcat_tool`` the tool system recipe's default run (that warm start continued on
+verdicts; -> ``bench/results/demo_longcat_tool.json``).
 """
 
 from __future__ import annotations
@@ -32,6 +34,10 @@ from provenance import provenance  # bench/provenance.py: the record every bench
 LINES = {
     "arithmetic": (re.compile(r"held-out accuracy: (\d+\.\d)% -> (\d+\.\d)%"), "bench/results/demo.json"),
     "tool_agent": (re.compile(r"held-out success: (\d+\.\d)% -> (\d+\.\d)%"), "bench/results/demo_tool_agent.json"),
+    "longcat_tool": (
+        re.compile(r"held-out success: (\d+\.\d)% -> (\d+\.\d)%"),
+        "bench/results/demo_longcat_tool.json",
+    ),
 }
 
 
@@ -39,19 +45,22 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--cache-dir", type=Path, default=None, help="asset cache (default: $LONGCAT_CACHE)")
     parser.add_argument("--recipe", choices=sorted(LINES), default="arithmetic")
-    parser.add_argument("--out", default=None, help="default: bench/results/demo.json (demo_tool_agent.json)")
+    parser.add_argument("--out", default=None, help="default: bench/results/demo.json (demo_<recipe>.json)")
     args = parser.parse_args()
     line, default_out = LINES[args.recipe]
 
     cache = ["--cache-dir", str(args.cache_dir)] if args.cache_dir is not None else []
     origin = provenance(seeds=[0])  # the demo's fixed seed
     start = time.monotonic()
-    if args.recipe == "tool_agent":
+    if args.recipe in ("tool_agent", "longcat_tool"):
         from longcat_plugins.learning.assets import ensure_assets
+        from longcat_plugins.learning.tool_verdicts import ensure_verdict_warm_start
         from longcat_plugins.learning.tool_warmstart import demo_plan, ensure_tool_warm_start
 
         ensure_assets(args.cache_dir)
         assets = ensure_tool_warm_start(args.cache_dir, demo_plan("tiny"))
+        if args.recipe == "longcat_tool":  # the system recipe's: the same, continued on verdicts
+            assets = ensure_verdict_warm_start(assets)
     else:
         from longcat_plugins.learning.arithmetic_warmstart import ensure_warm_start
 
