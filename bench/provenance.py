@@ -107,8 +107,10 @@ def machine() -> dict[str, Any]:
 def provenance(seeds: list[int] | dict[str, int] | None = None, command: list[str] | None = None) -> dict[str, Any]:
     """The record: commit (and whether the tree had uncommitted changes), UTC time, the exact
     command line, seeds (``[]`` for a bench that draws no random numbers; a dict names them),
-    versions and machine. Take it before the run: the code the bench imported, not the tree later."""
-    status = _git("status", "--porcelain", "--untracked-files=no")
+    versions and machine. Take it before the run: the code the bench imported, not the tree later.
+    ``dirty`` is about the code: results files (``bench/results/``) that an earlier bench of the
+    same session rewrote, not yet committed, do not count."""
+    status = _git("status", "--porcelain", "--untracked-files=no", "--", ".", ":(exclude)bench/results")
     commit, dirty = _git("rev-parse", "HEAD"), bool(status) if status is not None else None
     if os.environ.get(ENV_COMMIT):
         # a copy of the tree whose .git is missing or stale (the lent GPU machine's was an older

@@ -125,3 +125,25 @@ def test_the_record_names_the_checked_out_commit() -> None:
         pytest.skip("not a git checkout (an exported tree)")
     assert prov.provenance()["commit"] == head.stdout.strip()
     assert prov.provenance(command=None)["command"].split()[0] == Path(sys.executable).name
+
+
+def test_dirty_is_about_the_code_not_results_an_earlier_bench_rewrote(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A session runs benches one after another; the second must not record ``dirty`` because the
+    first rewrote its results file, while any change to the code still counts."""
+
+    def git(*args: str) -> None:
+        subprocess.run(["git", "-C", str(tmp_path), *args], check=True, capture_output=True)
+
+    (tmp_path / "bench" / "results").mkdir(parents=True)
+    (tmp_path / "bench" / "results" / "run.json").write_text("{}\n")
+    (tmp_path / "code.py").write_text("x = 1\n")
+    git("init", "-q")
+    git("add", "-A")
+    git("-c", "user.name=t", "-c", "user.email=t@t", "commit", "-qm", "init")
+    monkeypatch.setattr(prov, "REPO", tmp_path)
+    monkeypatch.delenv(prov.ENV_COMMIT, raising=False)
+    assert prov.provenance()["dirty"] is False
+    (tmp_path / "bench" / "results" / "run.json").write_text('{"rewritten": true}\n')
+    assert prov.provenance()["dirty"] is False
+    (tmp_path / "code.py").write_text("x = 2\n")
+    assert prov.provenance()["dirty"] is True
