@@ -127,7 +127,9 @@ def test_the_record_names_the_checked_out_commit() -> None:
     assert prov.provenance(command=None)["command"].split()[0] == Path(sys.executable).name
 
 
-def test_dirty_is_about_the_code_not_results_an_earlier_bench_rewrote(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+def test_dirty_is_about_the_code_not_results_an_earlier_bench_rewrote(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     """A session runs benches one after another; the second must not record ``dirty`` because the
     first rewrote its results file, while any change to the code still counts."""
 
