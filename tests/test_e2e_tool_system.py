@@ -19,7 +19,8 @@ pytestmark = [pytest.mark.slow, pytest.mark.ray]
 #: below 1.0 counted as a plateau, a phase starts after step 2, and its verification rows are
 #: trained a step or two later (the phase waits for them up to ``wait_steps``)
 STEPS = 5
-SV = "longcat.settings.scheduler.longcat_data.selfverify"
+DATA = "longcat.settings.scheduler.longcat_data"
+SV = f"{DATA}.selfverify"
 #: the recipe at a size 2 shared CPU cores finish within the test: 4 tasks a step (chosen among 8)
 #: of 12 that recur, 4 rollouts each on average, 3 turns, no validation
 SMALL = [
@@ -112,7 +113,11 @@ def test_the_tool_system_recipe_runs_with_every_component_acting(
 ) -> None:
     from longcat_plugins.evaluation.system import _ALL, TOOL_SYSTEM, components_active
 
-    steps = train(tool_demo_verdict_warm, STEPS, tmp_path / "run", ray_tmp)
+    # a task's pass rate is its last group's accuracy (momentum 1.0, the recipe's is 0.5): D4's
+    # informative value splits a chunk's rollouts unevenly only when a rate is near 0 or 1, and
+    # with the demo's warm start (it solves some tasks) a 0.5-momentum rate rarely gets there in
+    # 5 steps; under load DORA also plans more chunks of one prompt, which D4 cannot split
+    steps = train(tool_demo_verdict_warm, STEPS, tmp_path / "run", ray_tmp, f"+{DATA}.momentum=1.0")
     trained = [s for s in steps if "actor/pg_loss" in s]
     active = components_active(steps, TOOL_SYSTEM)
     shown = [{k: v for k, v in s.items() if k.startswith(SHOWN)} for s in trained]
