@@ -41,6 +41,10 @@ if TYPE_CHECKING:
 OUT = Path(__file__).resolve().parent / "results" / "tool_warm_starts.json"
 
 
+#: candidate flags that carry an integer: ``rvN``, ``vpN``, ``hdN``, ``sdN``
+NUMBER_FLAGS = ("rv", "vp", "hd", "sd")
+
+
 def parse_candidate(spec: str) -> WarmStartPlan:
     """The plan a ``size:sft_steps:train_envs[:sp][:te][:rvN][:vpN][:hdN][:scF][:sdN]`` candidate (or ``lane``) names."""
     from longcat_plugins.learning.tool_warmstart import LANE_PLAN, WarmStartPlan
@@ -52,14 +56,14 @@ def parse_candidate(spec: str) -> WarmStartPlan:
         f
         for f in flags
         if f not in ("sp", "te")
-        and not (f[:2] in ("rv", "vp", "hd", "sd") and f[2:].isdigit())
+        and not (f[:2] in NUMBER_FLAGS and f[2:].isdigit())
         and not (f[:2] == "sc" and f[2:].replace(".", "", 1).isdigit())
     ]
     if unknown:
         raise SystemExit(
             f"--candidates: unknown flag(s) {unknown} in {spec!r} (known: sp, te, rvN, vpN, hdN, scF, sdN)"
         )
-    numbers = {f[:2]: int(f[2:]) for f in flags if f[:2] in ("rv", "vp", "hd", "sd")}
+    numbers = {f[:2]: int(f[2:]) for f in flags if f[:2] in NUMBER_FLAGS}
     shortcuts = [float(f[2:]) for f in flags if f[:2] == "sc"]
     return WarmStartPlan(
         size=size,

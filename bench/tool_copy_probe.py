@@ -53,7 +53,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 OUT = Path(__file__).resolve().parent / "results" / "tool_copy_probe.json"
 #: a variant's settings and their defaults (the plan's values where it has them)
-SETTINGS = ("lr", "batch", "updates", "tie", "size", "hidden", "layers", "heads", "loss", "seed", "ovinit")
+SETTINGS = ("lr", "batch", "updates", "tie", "size", "hidden", "layers", "heads", "loss", "seed")
 
 
 def data_root(cache: Path, plan: Any) -> Path:
@@ -158,24 +158,6 @@ def build_model(base: Path, s: dict[str, Any], seed: int) -> Any:
     return LlamaForCausalLM(config)
 
 
-def copy_head_init(model: Any, heads: int, seed: int) -> None:
-    """The last layer's first ``heads`` attention heads start as copy heads: each one's value and
-    output projections are a random orthonormal map and its transpose, so whatever token the head
-    attends to is written back along (a projection of) its own embedding, which tied output
-    embeddings read as that token's logit. Only where to attend is then left to learn."""
-    import torch
-
-    attn = model.model.layers[-1].self_attn
-    d = attn.head_dim
-    hidden = attn.o_proj.weight.shape[0]
-    gen = torch.Generator().manual_seed(seed)
-    with torch.no_grad():
-        for h in range(heads):
-            q, _ = torch.linalg.qr(torch.randn(hidden, d, generator=gen))  # hidden x d, orthonormal columns
-            attn.v_proj.weight[h * d : (h + 1) * d] = q.T
-            attn.o_proj.weight[:, h * d : (h + 1) * d] = q
-
-
 def batch_of(rows: list[dict[str, Any]], pad: int) -> tuple[Any, Any, Any]:
     import torch
 
@@ -235,8 +217,6 @@ def run_variant(
 
     torch.manual_seed(seed)
     model = build_model(base, s, seed)
-    if s["ovinit"]:
-        copy_head_init(model, s["ovinit"], seed)
     model.train()
     decay = [p for n, p in model.named_parameters() if p.dim() >= 2]
     rest = [p for n, p in model.named_parameters() if p.dim() < 2]
@@ -338,7 +318,6 @@ def main() -> None:
         "heads": 0,
         "loss": "assistant",
         "seed": plan.seed,
-        "ovinit": 0,
     }
     variants = parse_variants(args.variants, defaults)
     origin = provenance(seeds=sorted({int(s.get("seed", 0)) for _, s in variants}))

@@ -540,7 +540,7 @@ class _IO:
             raw = ckpt.read_range(info, start, stop)
             return raw.to(torch.float32) if raw.dtype != torch.float32 else raw
         n = stop - start
-        raw = ckpt.read_range(info, start, stop, out=self._buffer("raw", slot, n * ITEMSIZE[info.dtype]))
+        raw = self.read_stored(ckpt, info, start, stop, slot)
         return self._buffer("f32", slot, n * 4)[: n * 4].view(torch.float32).copy_(raw)
 
     def read_stored(self, ckpt: Checkpoint, info: TensorInfo, start: int, stop: int, slot: int) -> torch.Tensor:
