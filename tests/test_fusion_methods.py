@@ -376,8 +376,8 @@ def test_ties_breaks_magnitude_ties_at_random_but_reproducibly() -> None:
 
 @pytest.mark.parametrize("ties", [False, True], ids=["distinct", "many-ties"])
 def test_rank_band_selects_exactly_the_sorted_ranking(ties: bool) -> None:
-    """breadcrumbs' and sce's selection (two kthvalue calls, ties ordered by the seeded
-    permutation) equals the definition by a full stable sort, band for band, seed for seed."""
+    """breadcrumbs' and sce's selection (two selections, ties ordered by their seeded keys)
+    equals the definition by a full stable sort, band for band, seed for seed."""
     from longcat_plugins.fusion.methods import _rank_band, _ranked_ascending
 
     for case in range(200):
@@ -576,7 +576,7 @@ def test_population_var_is_torch_var_bit_for_bit(experts: int, monkeypatch: pyte
 def test_rank_band_on_bf16_magnitudes_is_the_sorted_ranking() -> None:
     """The band of breadcrumbs' settings (and sce's top band) on 100k bf16-delta magnitudes,
     where tie blocks of thousands of elements straddle the edges, equals the stable-sort
-    definition; the int32 permutation it draws is the int64 one of the definition."""
+    definition."""
     from longcat_plugins.fusion.methods import _rank_band, _ranked_ascending
 
     for case, (density, gamma) in enumerate([(0.9, 0.01), (0.5, 0.0), (0.3, 0.2), (1.0, 0.0)]):
@@ -722,18 +722,44 @@ def test_select_positions_of_the_value_and_absolute_ranks() -> None:
                 assert got.where is None and case % 4 == 2, case  # NaN and inf take the fall-back
 
 
-def test_rank_band_permutation_order_in_slices(monkeypatch: pytest.MonkeyPatch) -> None:
-    """The tied elements' permutation order, found slice by slice through a bitmap, is the
-    stable-sort definition's for slices that do not divide the tensor (both band edges cut)."""
+def _lowbias32(x: int) -> int:
+    """Wellons' lowbias32 in Python integers, written from its definition (32-bit wrap-around)."""
+    mask = (1 << 32) - 1
+    x ^= x >> 16
+    x = (x * 0x7FEB352D) & mask
+    x ^= x >> 15
+    x = (x * 0x846CA68B) & mask
+    return x ^ (x >> 16)
+
+
+def test_tie_keys_are_the_keyed_hash_and_a_bijection() -> None:
+    """The tie keys equal an independent Python-integer hash, are distinct for distinct indices
+    (a keyed bijection of the position), and change with the salt."""
     import longcat_plugins.fusion.methods as methods
 
-    monkeypatch.setattr(methods, "_PERM_SLICE", 997)
-    for case, (density, gamma) in enumerate([(0.9, 0.01), (0.3, 0.2)]):
-        values = _bf16_deltas(10 + case, 60_001, 1)[0].abs()
-        n = values.numel()
-        k, t = int(density * n), int(gamma * n)
-        low = max(0, n - k - t)
-        want = torch.zeros(n, dtype=torch.bool)
-        want[methods._ranked_ascending(values, torch.Generator().manual_seed(case))[low : low + k]] = True
-        got = methods._rank_band(values, torch.Generator().manual_seed(case), low, low + k)
-        assert torch.equal(got, want), case
+    g = torch.Generator().manual_seed(3)
+    idx = torch.cat(
+        [torch.tensor([0, 1, (1 << 31) - 1, (1 << 32) - 1]), torch.randint(0, 1 << 32, (500,), generator=g)]
+    )
+    for salt in (0, 12345, (1 << 62) - 1, 0x3A5F_0C1E_77D2_9B41):
+        got = methods._tie_keys(idx, salt).tolist()
+        want = [_lowbias32(_lowbias32(i ^ (salt & 0xFFFFFFFF)) ^ (salt >> 32)) for i in idx.tolist()]
+        assert got == want, salt
+    keys = methods._tie_keys(torch.arange(1 << 20), 987654321)
+    assert torch.unique(keys).numel() == 1 << 20
+    assert not torch.equal(keys, methods._tie_keys(torch.arange(1 << 20), 987654322))
+
+
+def test_rank_band_draws_tied_elements_without_regional_bias() -> None:
+    """A band cutting one block of equal values keeps members spread over the whole tensor (no
+    preference for low or high positions), different members for different seeds."""
+    from longcat_plugins.fusion.methods import _rank_band
+
+    n = 1 << 16
+    values = torch.ones(n)
+    kept = [_rank_band(values, torch.Generator().manual_seed(seed), 0, n // 4) for seed in range(3)]
+    for mask in kept:
+        assert int(mask.sum()) == n // 4
+        for quarter in mask.view(4, -1):  # each quarter of the positions holds about a quarter of the kept
+            assert 0.22 < int(quarter.sum()) / (n // 4) < 0.28
+    assert not torch.equal(kept[0], kept[1]) and not torch.equal(kept[1], kept[2])

@@ -618,27 +618,69 @@ def _population_var(contribs: "list[torch.Tensor]") -> "torch.Tensor":
     return out
 
 
-def _ranked_ascending(values: "torch.Tensor", generator: "torch.Generator") -> "torch.Tensor":
-    """Indices of ``values`` (flat) in ascending order, equal values in a seeded random order
-    (the definition :func:`_rank_band` computes without sorting)."""
+#: Wellons' "lowbias32" odd multipliers: with the xor-shifts between them, a bijection of 32-bit integers
+_MIX = (0x7FEB352D, 0x846CA68B)
+_LOW32 = 0xFFFFFFFF
+
+
+def _mul32(x: "torch.Tensor", c: int) -> "torch.Tensor":
+    """(x · c) mod 2^32 for int64 ``x`` in [0, 2^32), exactly: multiplied by 16-bit halves so no
+    product leaves int64's range (signed overflow would be undefined in the kernels)."""
+    low = (x & 0xFFFF) * c
+    high = ((x >> 16) * (c & 0xFFFF)) << 16
+    return (low + high) & _LOW32
+
+
+def _mix32(x: "torch.Tensor") -> "torch.Tensor":
+    """lowbias32: a well-mixed bijection of [0, 2^32) (int64 in, int64 out)."""
+    x = x ^ (x >> 16)
+    x = _mul32(x, _MIX[0])
+    x = x ^ (x >> 15)
+    x = _mul32(x, _MIX[1])
+    return x ^ (x >> 16)
+
+
+def _tie_keys(indices: "torch.Tensor", salt: int) -> "torch.Tensor":
+    """The seeded sort keys of flat ``indices`` (int64) that order equal values: a keyed
+    bijection of each index's low 32 bits, so distinct indices of a tensor under 2^32 elements
+    get distinct keys (beyond it, equal keys fall back to index order)."""
     import torch
 
-    perm = torch.randperm(values.numel(), generator=generator)
-    order = torch.sort(values[perm], stable=True).indices
-    return perm[order]
+    low = indices.to(torch.int64) & _LOW32
+    return _mix32(_mix32(low ^ (salt & _LOW32)) ^ ((salt >> 32) & _LOW32))
+
+
+def _tie_salt(generator: "torch.Generator") -> int:
+    """The 62-bit key of a tensor's tie order: one draw from its seeded generator."""
+    import torch
+
+    return int(torch.randint(0, 1 << 62, (1,), generator=generator, dtype=torch.int64))
+
+
+def _ranked_ascending(values: "torch.Tensor", generator: "torch.Generator") -> "torch.Tensor":
+    """Indices of ``values`` (flat) in ascending order, equal values ordered by their seeded keys
+    (:func:`_tie_keys` under the generator's :func:`_tie_salt`): the definition :func:`_rank_band`
+    computes without sorting."""
+    import torch
+
+    flat = values.reshape(-1)
+    by_key = torch.sort(_tie_keys(torch.arange(flat.numel()), _tie_salt(generator)), stable=True).indices
+    return by_key[torch.sort(flat[by_key], stable=True).indices]
 
 
 def _rank_band(
     values: "torch.Tensor", generator: "torch.Generator", low: int, high: int, *, unsigned: bool = False
 ) -> "torch.Tensor":
     """Mask of the elements of ``values`` (flat) whose ascending rank is in [low, high), equal
-    values ranked in a seeded random order: exactly ``_ranked_ascending(values, generator)[low:high]``,
+    values in a seeded random order: exactly ``_ranked_ascending(values, generator)[low:high]``,
     found by selection (:func:`_select`, O(n), which counts the elements below and at each edge)
-    instead of a full sort. Only the elements
-    tied with a band edge whose block of ranks the edge cuts are ordered, by their position in
-    the same seeded permutation (``perm`` filtered to them; one gather serves both edges); the
-    permutation (a tenth of a second per 10M elements) is drawn only then: nothing else reads
-    the generator, so skipping it changes no output. ``unsigned``: as in :func:`_select`."""
+    instead of a full sort.
+
+    Only the elements tied with a band edge whose block of ranks the edge cuts are ordered, by
+    their keys (:func:`_tie_keys`, computed for them alone: a keyed hash of the position, so the
+    order needs no permutation of the whole tensor, which took most of breadcrumbs' time). The
+    salt is drawn only then: nothing else reads the generator, so skipping it changes no output.
+    ``unsigned``: as in :func:`_select`."""
     import torch
 
     n = values.numel()
@@ -650,51 +692,18 @@ def _rank_band(
     lo, hi = edges[0].value, edges[1].value
     keep = flat > lo
     keep &= flat < hi
-    cut = []  # per edge the band cuts: its tied elements' indices, its value, the band's slice of its block
+    salt = None
     for edge in edges if bool(lo != hi) else edges[:1]:
         first, count = edge.less, edge.equal
         start, stop = max(low, first), min(high, first + count)  # the ranks of the block inside the band
         if stop <= start:
             continue
-        tied = edge.where if edge.where is not None else torch.nonzero(flat == edge.value).view(-1)
-        if (start, stop) == (first, first + count):
-            keep[tied] = True
-            continue
-        cut.append((tied, edge.value, start - first, stop - first))
-    if not cut:
-        return keep
-    perm = torch.randperm(n, generator=generator, dtype=torch.int32 if n < 1 << 31 else torch.int64)
-    candidates = _in_permutation_order(perm, [tied for tied, *_ in cut], n)
-    del perm
-    for _, value, a, b in cut:
-        in_order = candidates[flat[candidates] == value] if len(cut) > 1 else candidates
-        keep[in_order[a:b]] = True  # the tied elements, ranked as the permutation orders them
+        tied = edge.where if edge.where is not None else torch.nonzero(flat == edge.value).view(-1)  # ascending
+        if (start, stop) != (first, first + count):  # the band cuts the block: rank it by key (index on a tie)
+            salt = _tie_salt(generator) if salt is None else salt
+            tied = tied[torch.sort(_tie_keys(tied, salt), stable=True).indices[start - first : stop - first]]
+        keep[tied] = True
     return keep
-
-
-#: elements of the permutation per slice of :func:`_in_permutation_order` (its temporaries stay in the caches)
-_PERM_SLICE = 1 << 18
-
-
-def _in_permutation_order(perm: "torch.Tensor", members: "list[torch.Tensor]", n: int) -> "torch.Tensor":
-    """The elements of ``perm`` that are in one of ``members`` (disjoint index sets), in ``perm``'s
-    order: ``perm[isin(perm, members)]``.
-
-    Membership is a bitmap, one bit per element (n/8 bytes), looked up at ``perm >> 3`` slice by
-    slice: a table of a byte per element (n bytes, 33 MB for an embedding) gathered at random
-    misses the caches and the TLB on every lookup; a bitmap an eighth of that mostly hits."""
-    import torch
-
-    table = torch.zeros((n >> 3) + 1, dtype=torch.uint8)
-    one = torch.ones((), dtype=torch.uint8)
-    for idx in members:  # distinct bits of a byte: their sum is their union
-        table.index_put_((idx >> 3,), one.bitwise_left_shift((idx & 7).to(torch.uint8)), accumulate=True)
-    found = []
-    for a in range(0, perm.numel(), _PERM_SLICE):
-        part = perm[a : a + _PERM_SLICE]
-        hit = table[part >> 3].bitwise_right_shift_((part & 7).to(torch.uint8)).bitwise_and_(1)
-        found.append(part[hit.view(torch.bool)])
-    return torch.cat(found) if found else perm[:0]
 
 
 def _breadcrumbs_params(*, density: float, gamma: float, **_: object) -> None:
