@@ -162,6 +162,27 @@ def test_dora_submits_the_planners_groups_in_place_of_the_dispatchs() -> None:
     assert trainer._data_metrics["longcat/data/plan/rollouts"] == 32.0
 
 
+def test_dora_allocates_a_one_prompt_chunk_against_the_steps_recent_tasks() -> None:
+    """Planned alone, a one-prompt chunk's share of the budget is exactly rollout.n; streamed,
+    it competes with the step's recently planned tasks (D4 under DORA)."""
+    settings = DataSettings(pass_rate_key="extra_info.pass_rate", budget={"enable": True, "n_min": 2, "n_max": 8})
+    trainer, dispatch = _dora_like(settings)
+    first = trainer._planned_batch(dispatch.plan(set()))
+    planner = trainer.planned.planner
+    assert [t for t, _ in planner.window] == ["5", "6", "7"]  # the last batch - 1 tasks planned
+    uid = str(first["uid"][0])
+    dispatch.take([uid])
+    trainer._data_metrics = {}
+    issues = dispatch.plan(set(dispatch.groups))
+    assert len(issues) == 1
+    batch = trainer._planned_batch(issues)
+    # pass rate 0.9 against 0.1, 0.5 and 0.05: its marginal value beats theirs for a fifth rollout
+    assert [int(x) for x in batch["__rollout_n__"]] == [5]
+    assert trainer._data_metrics["longcat/data/plan/window_tasks"] == 3.0
+    assert trainer._data_metrics["longcat/data/plan/carry"] == 1.0
+    assert trainer._data_metrics["longcat/data/plan/budget"] == 4.0
+
+
 def test_dora_returns_prompts_the_planner_left_out_to_the_pool() -> None:
     class FirstTwo(outside_data.LowestRateFirst):
         def order(self, candidates, rates, order):

@@ -113,11 +113,7 @@ def test_the_tool_system_recipe_runs_with_every_component_acting(
 ) -> None:
     from longcat_plugins.evaluation.system import _ALL, TOOL_SYSTEM, components_active
 
-    # a task's pass rate is its last group's accuracy (momentum 1.0, the recipe's is 0.5): D4's
-    # informative value splits a chunk's rollouts unevenly only when a rate is near 0 or 1, and
-    # with the demo's warm start (it solves some tasks) a 0.5-momentum rate rarely gets there in
-    # 5 steps; under load DORA also plans more chunks of one prompt, which D4 cannot split
-    steps = train(tool_demo_verdict_warm, STEPS, tmp_path / "run", ray_tmp, f"+{DATA}.momentum=1.0")
+    steps = train(tool_demo_verdict_warm, STEPS, tmp_path / "run", ray_tmp)
     trained = [s for s in steps if "actor/pg_loss" in s]
     active = components_active(steps, TOOL_SYSTEM)
     shown = [{k: v for k, v in s.items() if k.startswith(SHOWN)} for s in trained]

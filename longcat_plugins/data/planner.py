@@ -1,7 +1,7 @@
 """The step planner: what each data strategy decides, composed, over the shared task statistics.
 
 It is the one seam every planning trainer calls (``longcat_data`` once per step, ``dora`` per
-chunk of freed capacity through :meth:`DataPlanner.plan`'s ``prompts`` and ``budget``); the
+chunk of freed capacity through :meth:`DataPlanner.plan`'s ``prompts`` and ``streaming``); the
 plugins' strategies (:class:`~longcat_plugins.data.strategy.PlanningStrategy`) run in it after
 the built-in ones.
 
@@ -65,6 +65,15 @@ class DataPlanner:
         )
         self.rollout_tokens = 0
         self.steps = 0
+        #: streaming D4: (task, historical rate) of the tasks planned most recently, oldest first
+        #: (at most ``batch_prompts - 1``), the rest of the step a chunk is allocated against
+        self.window: list[tuple[str, float | None]] = []
+        #: streaming D4's ledger: rollouts allocated minus the budget share of the prompts
+        #: planned, in units of 1 / ``batch_prompts`` rollout (exact integers)
+        self.ledger = 0
+        #: the most the ledger may owe or be owed, in rollouts: a step's ``batch_prompts``
+        #: prompts then spend the budget within ``2 × carry_limit = n_max`` rollouts
+        self.carry_limit = settings.budget.n_max / 2
 
     # -- the budget ----------------------------------------------------------------------------
 
@@ -121,11 +130,21 @@ class DataPlanner:
         return order, metrics
 
     def plan(
-        self, candidates: Sequence[Candidate], prompts: int | None = None, budget: int | None = None
+        self,
+        candidates: Sequence[Candidate],
+        prompts: int | None = None,
+        budget: int | None = None,
+        *,
+        streaming: bool = False,
     ) -> tuple[list[RowPlan], dict[str, float]]:
         """Rows to submit, and the decisions as metrics: for a whole step (``longcat_data``), or,
-        with ``prompts`` and ``budget``, for the prompts a streaming trainer starts now."""
+        with ``prompts`` and ``budget``, for a part of one. ``streaming``: the ``prompts`` a
+        streaming trainer starts now, one chunk of a step it plans in chunks; D4 then allocates
+        against the step's recent tasks and keeps a ledger (:meth:`_stream_allocate`), and the
+        other strategies get the chunk's share of the budget, ``budget × prompts / batch_prompts``."""
         s = self.settings
+        if streaming and budget is not None:
+            raise ValueError("plan(streaming=True) derives the chunk's budget itself; pass no budget")
         prompts = self.batch_prompts if prompts is None else prompts
         rates = [self.stats.pass_rate(c.task, c.historical) for c in candidates]
         order, metrics = self.order(candidates, prompts)
@@ -134,14 +153,22 @@ class DataPlanner:
         else:
             chosen = order[:prompts]
         chosen_rates = [rates[i] for i in chosen]
-        budget = self.budget if budget is None else budget
+        if streaming:
+            budget = max(1, round(self.budget * prompts / self.batch_prompts))
+        else:
+            budget = self.budget if budget is None else budget
+        budget_metric = float(budget)
         if s.budget.enable:
             b = s.budget
-            if len(chosen) * b.n_min > budget:
-                chosen = chosen[: budget // b.n_min]
-                chosen_rates = chosen_rates[: len(chosen)]
-            alloc = greedy_allocate(chosen_rates, budget, b.n_min, b.n_max, value_function(b.value))
-            alloc = spend_remainder(alloc, budget, b.n_max)
+            if streaming:
+                alloc = self._stream_allocate([candidates[i] for i in chosen], chosen_rates, metrics)
+                budget_metric = self.budget * len(chosen) / self.batch_prompts
+            else:
+                if len(chosen) * b.n_min > budget:
+                    chosen = chosen[: budget // b.n_min]
+                    chosen_rates = chosen_rates[: len(chosen)]
+                alloc = greedy_allocate(chosen_rates, budget, b.n_min, b.n_max, value_function(b.value))
+                alloc = spend_remainder(alloc, budget, b.n_max)
             if s.oversampling.enable:
                 o = s.oversampling
                 splits = [
@@ -176,7 +203,7 @@ class DataPlanner:
                 f"{PREFIX}/plan/tasks": float(len(per_task)),
                 f"{PREFIX}/plan/groups": float(len(rows)),
                 f"{PREFIX}/plan/rollouts": float(sum(r.rollouts for r in rows)),
-                f"{PREFIX}/plan/budget": float(budget),
+                f"{PREFIX}/plan/budget": budget_metric,
                 f"{PREFIX}/plan/rollouts_per_task/max": float(max(per_task, default=0)),
                 f"{PREFIX}/plan/rollouts_per_task/min": float(min(per_task, default=0)),
                 f"{PREFIX}/plan/groups_per_task/max": float(max(Counter(r.row for r in rows).values(), default=0)),
@@ -187,6 +214,58 @@ class DataPlanner:
         if max_tokens is not None:
             metrics[f"{PREFIX}/context/max_tokens"] = float(max_tokens)
         return rows, metrics
+
+    def _stream_allocate(self, chunk: Sequence[Candidate], rates: list[float], metrics: dict[str, float]) -> list[int]:
+        """D4 for one chunk of a streamed step: rollouts per chunk task, as if the whole step's
+        tasks competed for the step's budget (report Eq. 2's batch-wide greedy), not only the
+        chunk's (a one-prompt chunk's own share is exactly ``rollout.n`` whatever its rate).
+
+        The step's other tasks are not known yet, so the tasks planned most recently stand in for
+        them: the pool is the chunk followed by the last ``batch_prompts - len(chunk)`` of
+        :attr:`window`, each at its current pass rate, and the greedy (with
+        :func:`spend_remainder`, as a whole step) spends the pool's share of the budget less the
+        ledger's carry (what was allocated beyond the share of the prompts planned so far). The
+        chunk takes its part: in the price view of the greedy, the window sets the marginal gain
+        a rollout must beat, and the carry raises or lowers that price. When the window holds
+        exactly the rest of the step (in the step's order) and the carry is zero at its start,
+        the pool is what is left of the step and its budget what the step's allocation has left;
+        the whole-step greedy's choices among those tasks are the top marginal gains among them
+        (and :func:`spend_remainder`'s round robin lands the same), so each chunk gets its
+        whole-step allocation.
+
+        A streamed step cannot take rollouts back, so the carry is bounded: the chunk's total is
+        kept where the carry stays within ``±carry_limit`` (``n_max / 2``: any ``batch_prompts``
+        prompts planned in whole chunks spend the budget within ``n_max``), redistributing the
+        chunk's total by the greedy over the chunk alone. This bound is the one place the streamed
+        allocation may differ from the whole-step one above. Per-task bounds ``n_min``..``n_max``
+        always hold; with a budget outside ``batch_prompts × [n_min, n_max]`` they win over the
+        ledger, which then stays at its bound."""
+        b = self.settings.budget
+        value = value_function(b.value)
+        per_step, prompts, k = self.budget, self.batch_prompts, len(chunk)
+        bound = math.floor(self.carry_limit * prompts)
+        room = max(0, prompts - k)
+        window = self.window[max(0, len(self.window) - room) :] if room else []
+        pool_rates = rates + [self.stats.pass_rate(task, historical) for task, historical in window]
+        size = len(pool_rates)
+        # the pool's share of the step's budget less the carry, rounded half up (units: 1 / prompts)
+        pool_budget = (2 * (per_step * size - self.ledger) + prompts) // (2 * prompts)
+        pool_budget = min(max(pool_budget, size * b.n_min), size * b.n_max)
+        alloc = greedy_allocate(pool_rates, pool_budget, b.n_min, b.n_max, value)
+        alloc = spend_remainder(alloc, pool_budget, b.n_max)[:k]
+        # the ledger bound: this chunk's share, less the carry, within ±bound
+        share = per_step * k
+        low = -((self.ledger + bound - share) // prompts)  # ceil((share - ledger - bound) / prompts)
+        high = (share - self.ledger + bound) // prompts
+        total = min(max(sum(alloc), low), high)
+        total = min(max(total, k * b.n_min), k * b.n_max)
+        if total != sum(alloc):
+            alloc = spend_remainder(greedy_allocate(rates, total, b.n_min, b.n_max, value), total, b.n_max)
+        self.ledger = min(max(self.ledger + prompts * total - share, -bound), bound)
+        self.window = (self.window + [(c.task, c.historical) for c in chunk])[-(prompts - 1) :] if prompts > 1 else []
+        metrics[f"{PREFIX}/plan/window_tasks"] = float(len(window))
+        metrics[f"{PREFIX}/plan/carry"] = self.ledger / prompts
+        return alloc
 
     @staticmethod
     def _shaped(strategy: PlanningStrategy, row: RowPlan) -> RowPlan:
@@ -336,6 +415,8 @@ class DataPlanner:
             "rollout_tokens": self.rollout_tokens,
             "steps": self.steps,
             "strategies": {strategy.name: strategy.state_dict() for strategy in self.strategies},
+            "stream_window": [[task, historical] for task, historical in self.window],
+            "stream_carry": self.ledger / self.batch_prompts,
         }
 
     def load_state_dict(self, state: Mapping[str, Any]) -> None:
@@ -350,6 +431,12 @@ class DataPlanner:
         self.rng.setstate((version, tuple(internal), gauss))
         self.rollout_tokens = int(state["rollout_tokens"])
         self.steps = int(state["steps"])
+        # states saved before streaming D4 had no window and no carry
+        self.window = [
+            (str(task), None if historical is None else float(historical))
+            for task, historical in state.get("stream_window", [])
+        ]
+        self.ledger = round(float(state.get("stream_carry", 0.0)) * self.batch_prompts)
         saved = state.get("strategies", {})
         for strategy in self.strategies:
             if strategy.name in saved:

@@ -525,7 +525,8 @@ class DoraTrainer(PPOTrainerSeparateAsync):
     def _planned_batch(self, issues: list[Any]) -> Any:
         """The step planner's shape of the prompts the dispatch chose now: which prompts (among
         ``pool_factor`` x as many rows: the curriculum, the plugins' order), rollouts per prompt
-        (D4, within this chunk's share of the step's budget), groups per prompt (D5/A5),
+        (D4, against the step's recently planned tasks, the step's budget kept by a ledger
+        across chunks: ``DataPlanner.plan(streaming=True)``), groups per prompt (D5/A5),
         response budgets (D6), the plugins' shape; plus the verification rows (A6) once per
         trained step. Rows the planner leaves out go back to the front of the pool."""
         planned, dispatch = self.planned, self.planner
@@ -539,8 +540,8 @@ class DoraTrainer(PPOTrainerSeparateAsync):
             sources = [(i.domain, i.task, i.payload) for i in issues] + extra
             pool = concat([columns(payload) for _, _, payload in sources])
             candidates = candidates_of(pool, planned.settings)
-            budget = round(planned.planner.budget * len(issues) / planned.planner.batch_prompts)
-            plan, metrics = planned.planner.plan(candidates, prompts=len(issues), budget=max(1, budget))
+            # streaming: D4 allocates against the step's recent tasks with a ledger of the step's budget
+            plan, metrics = planned.planner.plan(candidates, prompts=len(issues), streaming=True)
             merge_plan_metrics(self._data_metrics, metrics)
             chosen = {r.row for r in plan}
             dispatch.give_back([row for j, row in enumerate(extra, len(issues)) if j not in chosen])
