@@ -30,9 +30,9 @@ from pathlib import Path
 
 from provenance import provenance  # bench/provenance.py: the record every bench writes
 
-#: the line each recipe's demo ends with, and its default results file
 #: the line both tool recipes' demos end with
 TOOL_LINE = re.compile(r"held-out success: (\d+\.\d)% -> (\d+\.\d)%")
+#: the line each recipe's demo ends with, and its default results file
 LINES = {
     "arithmetic": (re.compile(r"held-out accuracy: (\d+\.\d)% -> (\d+\.\d)%"), "bench/results/demo.json"),
     "tool_agent": (TOOL_LINE, "bench/results/demo_tool_agent.json"),
