@@ -38,7 +38,8 @@ are kept (a run planned but cut off too), and a new ``sync`` moves its group's e
 what else fits adds to the file without comparing across sessions.
 ``--only`` runs in the order given. Each run's start-up is broken down into phases
 (``"startup"``, from when verl's milestone lines arrived; ``timed.log`` in each run folder).
-Results: ``<out>/dora_cpu.json`` (with its provenance) and ``<out>/dora_cpu.png``.
+Results: ``<out>/<name>.json`` (with its provenance) and ``<out>/<name>.png``; ``--name`` defaults to
+``dora_cpu`` (a separate study, like the start-up A/B ``dora_startup_cpu``, names its own).
 """
 
 from __future__ import annotations
@@ -88,6 +89,8 @@ def runs(long_tokens: int) -> dict[str, tuple[str, list[str]]]:
         ),
         "dora_1_length": ("dora_cpu", [*one, f"+{DORA_KEY}.admission=length_aware", f"+{DORA_KEY}.admission_window=1"]),
         "dora_1_replay": ("dora_cpu", [*one, f"+{DORA_KEY}.reuse_ratio=0.25"]),
+        # verl's serial setup order: the standalone replicas start after the trainer's engines
+        "dora_1_serial": ("dora_cpu", [*one, f"+{DORA_KEY}.prestart_replicas=false"]),
         "dora_2": ("dora_cpu", dora),
     }
 
@@ -300,6 +303,9 @@ def main() -> None:
     parser.add_argument("--seeds", default="0", help="comma-separated run seeds (data order, sampling)")
     parser.add_argument("--only", nargs="*", help=f"run only these ({', '.join(runs(384))})")
     parser.add_argument("--out", type=Path, default=Path("bench/results"))
+    parser.add_argument(
+        "--name", default="dora_cpu", help="results file stem in --out (<name>.json, <name>.png): a separate study"
+    )
     parser.add_argument("--device", choices=("cpu", "cuda"), default="cpu", help="trainer.device of every run")
     parser.add_argument(
         "--work", type=Path, default=None, help="where the run folders go (each keeps train.log and timed.log)"
@@ -338,7 +344,7 @@ def main() -> None:
     )
     order = list(dict.fromkeys(args.only)) if args.only else list(known)  # --only's order: what matters first
     args.out.mkdir(parents=True, exist_ok=True)
-    target = args.out / "dora_cpu.json"
+    target = args.out / f"{args.name}.json"
     kept = earlier(target)  # the other device's records are kept
     # every earlier record stays until this invocation re-runs it (merge_records: a lent GPU
     # session re-runs `sync` with whatever else fits; each ratio keeps a baseline of its own session)
@@ -420,14 +426,14 @@ def main() -> None:
             tmp.write_text(json.dumps(stamp(report, origin, kept), indent=2))
             os.replace(tmp, target)
 
-    plot(summary, args.out / "dora_cpu.png")
+    plot(summary, args.out / f"{args.name}.png")
     for name, row in summary.items():
         tok, length = row["token_speedup"], row["len_ratio"]
         print(
             f"{name:24s} tokens/s x{tok['mean']:.2f} (min {tok['min']:.2f}, max {tok['max']:.2f})  "
             f"trained length x{length['mean']:.2f} (min {length['min']:.2f}, max {length['max']:.2f})  seeds {row['seeds']}"
         )
-    print(f"wrote {target} and {args.out / 'dora_cpu.png'}")
+    print(f"wrote {target} and {args.out / f'{args.name}.png'}")
 
 
 if __name__ == "__main__":

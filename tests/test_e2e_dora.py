@@ -68,6 +68,10 @@ def train_dora(
     )
     assert result.returncode == 0, result.log.read_text()[-5000:]
     assert [s["step"] for s in result.steps] == list(range(1, steps + 1))
+    # the standalone replicas started beside the trainer's engines (prestart_replicas, the default)
+    assert result.steps[0]["dora/startup/replicas_prestarted"] == 1.0, result.steps[0]
+    assert result.steps[0]["dora/startup/replicas_create_s"] > 0.0
+    assert "dora/startup/replicas_prestarted" not in result.steps[-1], "logged with the first step only"
     steps_trace = [json.loads(line) for line in dora_trace.read_text().splitlines()]
     rollout = [json.loads(line) for line in rollout_trace.read_text().splitlines()]
     return result, steps_trace, rollout

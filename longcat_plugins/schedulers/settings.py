@@ -99,6 +99,9 @@ class DoraSettings:
             in its staleness window for a new request to start on it, in ``[1, staleness]``.
         length_momentum: weight of a finished response in its prompt's expected length
             (``length_aware``'s history, an EMA).
+        prestart_replicas: start the standalone rollout replicas as soon as the trainer's
+            devices are reserved, beside its engines' start, instead of after verl's whole setup
+            (:mod:`~longcat_plugins.schedulers.prestart`); the same replicas, sooner.
     """
 
     staleness: int = 1
@@ -135,6 +138,7 @@ class DoraSettings:
     admission: str = DoraConfig.admission
     admission_window: int = DoraConfig.admission_window
     length_momentum: float = 0.5
+    prestart_replicas: bool = True
 
     def __post_init__(self) -> None:
         if not isinstance(self.staleness, int) or self.staleness < 0:
@@ -181,6 +185,8 @@ class DoraSettings:
                 raise ValueError(f"node_resources.{pool} must name a custom Ray resource, got {resource!r}")
         if self.dispatch not in DISPATCH_MODES:
             raise ValueError(f"dispatch must be one of {list(DISPATCH_MODES)}, got {self.dispatch!r}")
+        if not isinstance(self.prestart_replicas, bool):
+            raise ValueError(f"prestart_replicas must be true or false, got {self.prestart_replicas!r}")
         momentum = self.length_momentum
         if isinstance(momentum, bool) or not isinstance(momentum, int | float) or not 0.0 < momentum <= 1.0:
             raise ValueError(f"length_momentum must be a number in (0, 1], got {momentum!r}")

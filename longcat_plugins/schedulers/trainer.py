@@ -52,6 +52,7 @@ with ``LONGCAT_DORA_TRACE`` or ``trace_path`` set, one JSON line per step.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import hashlib
 import json
 import logging
@@ -95,6 +96,7 @@ from longcat_plugins.schedulers.dispatch import ANY_DOMAIN, DispatchPlanner, dis
 from longcat_plugins.schedulers.elastic import ElasticColocationPolicy
 from longcat_plugins.schedulers.lengths import batch_response_lengths, trained_length_metrics
 from longcat_plugins.schedulers.load_balancer import create_dora_load_balancer
+from longcat_plugins.schedulers.prestart import ReplicaPrestart
 from longcat_plugins.schedulers.sampler import DoraReplayBuffer, _lookup
 from longcat_plugins.schedulers.settings import SETTINGS_PATH, DoraSettings, dora_settings
 
@@ -451,6 +453,8 @@ class DoraTrainer(PPOTrainerSeparateAsync):
         self._verify_due = False
         #: a prompt row the verification rows are shaped like (the last chunk's first row)
         self._verify_template: Any = None
+        #: logged with step 1: whether the standalone replicas started beside the engines, and how long they took
+        self._startup_metrics: dict[str, float] = {}
 
     # -- construction ---------------------------------------------------------------------------
 
@@ -664,6 +668,9 @@ class DoraTrainer(PPOTrainerSeparateAsync):
         self.resource_pool_manager = pin_resource_pools(
             self.resource_pool_manager, dict(self.dora.node_resources), f"{SETTINGS_PATH}.node_resources"
         )
+        prestart = getattr(self, "_prestart", None)
+        if prestart is not None:
+            prestart.watch_pools(self.resource_pool_manager)
 
     def _setup(self) -> None:
         from verl.workers.rollout.llm_server import LLMServerManager
@@ -679,11 +686,22 @@ class DoraTrainer(PPOTrainerSeparateAsync):
         # replicas (each actor's process is seconds of imports: on the lent H100 15-25 s, and verl
         # starts them one after another); it gets its servers once they exist
         balancer = self._spawn_load_balancer() if self.dora.load_balancer == "dora" else None
+        #: the standalone replicas' early start, watching the pools _init_resource_pool_mgr makes
+        self._prestart = (
+            ReplicaPrestart(LLMServerManager.create, self.config, self._enable_hybrid_replicas)
+            if self.dora.prestart_replicas
+            else None
+        )
         try:
-            super()._setup()
+            with self._prestart.handing_over() if self._prestart is not None else contextlib.nullcontext():
+                super()._setup()
         finally:
             if vllm:
                 del LLMServerManager.rollout_replica_class  # type: ignore[attr-defined]
+        prestart = self._prestart
+        self._startup_metrics = {"dora/startup/replicas_prestarted": float(prestart is not None and prestart.ahead)}
+        if prestart is not None and prestart.create_s is not None:
+            self._startup_metrics["dora/startup/replicas_create_s"] = prestart.create_s
         if self.config.actor_rollout_ref.rollout.name == "hf":
             self.standalone_checkpoint_manager = MultiVersionCheckpointEngineManager(
                 config=omega_conf_to_dataclass(self.config.actor_rollout_ref.rollout.checkpoint_engine),
@@ -798,6 +816,8 @@ class DoraTrainer(PPOTrainerSeparateAsync):
         """verl's step, then the trained length distribution (``dora/trained_len_*``) of its batch
         (read before verl clears the batch from TransferQueue; also in the trace record)."""
         batch = super().step(metrics, timing_raw)
+        metrics.update(self._startup_metrics)  # once, with the first step
+        self._startup_metrics = {}
         lengths = batch_response_lengths(batch, verl_replay_buffer.tq.kv_batch_get)
         metrics.update(trained_length_metrics(lengths))
         self._step_record["trained_lengths"] = lengths
