@@ -9,9 +9,10 @@
 # dora (issue 31, item 4; issue 34, goal 3): bench_dora_cpu.py --device cuda --steps 8 --seeds 0 with
 #   Ray's prestarted workers preloading verl (--preload 1): sync, the admission runs, replay, dora_1,
 #   each cut off by what is left of budget_s (default 540), results written after every run.
-# startup (issue 34, goal 3): the same sync run without the preload, 2 steps (--tag _nopreload): the
-#   start-up A/B against the first call's sync.
-# Both merge into a copy of the committed $OUT/dora_cpu.json (other records kept; the second call's
+# startup (issue 34, goal 3): 2 steps each of dora_1 (standalone replicas prestarted beside the
+#   trainer's engines, the default), dora_1_serial (verl's serial order) and sync, with the preload,
+#   into dora_startup_cpu.json (--name; its CPU records kept): the prestart A/B on the GPU host.
+# Both merge into a copy of the committed results file (other records kept; the second call's
 # copy is the first call's output when it is brought back in place) and bring the runs' timed logs
 # back ($OUT/timed_logs_<what>.tgz).
 # The packed site has no bytecode (device-pack installs with --no-compile); compile it first, as
@@ -25,10 +26,10 @@ left() { echo $((budget - (SECONDS - start))); }
 nvidia-smi --query-gpu=name,memory.used,memory.total --format=csv,noheader
 t=$SECONDS; python3 -m compileall -q -j 16 /tmp/site >/dev/null 2>&1; echo "compileall: $((SECONDS - t)) s"
 mkdir -p "$OUT" /tmp/work
-cp bench/results/dora_cpu.json "$OUT/dora_cpu.json"
+cp bench/results/dora_cpu.json bench/results/dora_startup_cpu.json "$OUT/"
 case "$what" in
   dora) args=(--steps 8 --preload 1 --only sync dora_1_window dora_1_length dora_1_replay dora_1) ;;
-  startup) args=(--steps 2 --tag _nopreload --only sync) ;;
+  startup) args=(--steps 2 --preload 1 --name dora_startup_cpu --only dora_1 dora_1_serial sync) ;;
   *) echo "unknown: $what (dora or startup)"; exit 2 ;;
 esac
 t=$SECONDS

@@ -945,6 +945,29 @@ def dora_startup(d: dict[str, Any]) -> list[str]:
     )
 
 
+def dora_startup_ab(d: dict[str, Any]) -> list[str]:
+    """The start-up A/B per device: each run's phases and its time before step 1 over seeds, mean
+    (min-max), and each seed's total (``bench_dora_cpu.py --name dora_startup_cpu``)."""
+    keys = {key: label for key, label, _ in STARTUP_PHASES}
+    groups: dict[tuple[str, str], list[dict[str, Any]]] = {}
+    for r in d["results"]:
+        if r.get("startup", {}).get("phases_s"):
+            groups.setdefault((r["device"], r["run"]), []).append(r)
+    cells = []
+    for (device, run), records in groups.items():
+        records.sort(key=lambda r: r["seed"])
+
+        def spread(values: list[float]) -> str:
+            mean = sum(values) / len(values)
+            return f"{mean:.1f} ({min(values):.1f}-{max(values):.1f})" if len(values) > 1 else f"{mean:.1f}"
+
+        phases = [spread([r["startup"]["phases_s"].get(k, float("nan")) for r in records]) for k in keys]
+        total = [r["startup"]["startup_s"] for r in records]
+        seeds = ", ".join(f"{r['seed']}: {r['startup']['startup_s']:.1f}" for r in records)
+        cells.append((f"`{run}` ({device})", *phases, f"**{spread(total)}**", seeds))
+    return table(" | ".join(["run", *keys.values(), "before step 1", "per seed"]), cells)
+
+
 #: name -> (results file, renderer)
 TABLES: dict[str, tuple[str, Renderer]] = {
     "rewards_math": ("bench/results/rewards.json", rewards_math),
@@ -955,6 +978,7 @@ TABLES: dict[str, tuple[str, Renderer]] = {
     "losses_cuda": ("bench/results/losses_cuda.json", losses_cuda),
     "dora_cuda": ("bench/results/dora_cpu.json", dora_cuda),
     "dora_startup": ("bench/results/dora_cpu.json", dora_startup),
+    "dora_startup_ab": ("bench/results/dora_startup_cpu.json", dora_startup_ab),
     "self_verification": ("bench/results/archive/self_verification.json", self_verification),
     "data_runs": ("bench/results/archive/data.json", data_runs),
     "data_summary": ("bench/results/archive/data.json", data_summary),
