@@ -442,6 +442,9 @@ def test_dora_single_version_replicas_on_two_vllm_replicas(assets32: Assets, tmp
     )
     assert result.returncode == 0, result.log.read_text()[-6000:]
     assert [s["step"] for s in result.steps] == list(range(1, steps + 1))
+    # the vLLM replicas (DoraVLLMReplica, set while the trainer builds its managers) were started
+    # beside the trainer's engines
+    assert result.steps[0]["dora/startup/replicas_prestarted"] == 1.0, result.steps[0]
     bound = 1
     for metrics in result.steps:
         assert metrics["training/off_policy/trajectory_spans/max"] == 1, "one version per sample"
