@@ -89,8 +89,16 @@ def runs(long_tokens: int) -> dict[str, tuple[str, list[str]]]:
         ),
         "dora_1_length": ("dora_cpu", [*one, f"+{DORA_KEY}.admission=length_aware", f"+{DORA_KEY}.admission_window=1"]),
         "dora_1_replay": ("dora_cpu", [*one, f"+{DORA_KEY}.reuse_ratio=0.25"]),
-        # verl's serial setup order: the standalone replicas start after the trainer's engines
-        "dora_1_serial": ("dora_cpu", [*one, f"+{DORA_KEY}.prestart_replicas=false"]),
+        # verl's serial setup order: the standalone replicas start after the trainer's engines, the
+        # agent-loop workers after trainer.init() (verl's own manager class)
+        "dora_1_serial": (
+            "dora_cpu",
+            [
+                *one,
+                f"+{DORA_KEY}.prestart_replicas=false",
+                "actor_rollout_ref.rollout.agent.agent_loop_manager_class=null",
+            ],
+        ),
         "dora_2": ("dora_cpu", dora),
     }
 

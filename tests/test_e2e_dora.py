@@ -71,6 +71,7 @@ def train_dora(
     # the standalone replicas started beside the trainer's engines (prestart_replicas, the default)
     assert result.steps[0]["dora/startup/replicas_prestarted"] == 1.0, result.steps[0]
     assert result.steps[0]["dora/startup/replicas_create_s"] > 0.0
+    assert result.steps[0]["dora/startup/agent_loops_prestarted"] == 1.0, "created before the first weight sync"
     assert "dora/startup/replicas_prestarted" not in result.steps[-1], "logged with the first step only"
     steps_trace = [json.loads(line) for line in dora_trace.read_text().splitlines()]
     rollout = [json.loads(line) for line in rollout_trace.read_text().splitlines()]

@@ -172,3 +172,28 @@ def test_the_setting_is_a_boolean() -> None:
     assert DoraSettings().prestart_replicas is True
     with pytest.raises(ValueError, match="prestart_replicas must be true or false, got 'yes'"):
         DoraSettings(prestart_replicas="yes")  # type: ignore[arg-type]
+
+
+def test_the_agent_loop_manager_created_ahead_is_the_one_main_ppo_gets(monkeypatch: pytest.MonkeyPatch) -> None:
+    from verl.trainer.ppo.v1 import AgentLoopManagerTQ
+
+    from longcat_plugins.schedulers.prestart import PrestartedAgentLoopManager
+
+    built: list[tuple[type, dict[str, Any]]] = []
+
+    def create(cls: type, **kwargs: Any) -> object:
+        built.append((cls, kwargs))
+        return object()
+
+    monkeypatch.setattr(AgentLoopManagerTQ, "create", classmethod(create))
+    config, other = OmegaConf.create({"run": 1}), OmegaConf.create({"run": 2})
+    arguments = {"llm_client": "client", "teacher_client": None, "reward_loop_worker_handles": ["r"]}
+    PrestartedAgentLoopManager.prestart(config=config, **arguments)
+    assert built == [(PrestartedAgentLoopManager, {"config": config, **arguments})], "verl's create, once"
+    ahead = PrestartedAgentLoopManager._ahead[id(config)]
+    assert PrestartedAgentLoopManager.create(config=config, **arguments) is ahead
+    assert len(built) == 1, "main_ppo's call took the manager created ahead"
+    fresh = PrestartedAgentLoopManager.create(config=config, **arguments)
+    assert fresh is not ahead and len(built) == 2, "handed over once, then built as verl does"
+    PrestartedAgentLoopManager.create(config=other, **arguments)
+    assert len(built) == 3 and built[-1][1]["config"] is other, "another run's config gets its own"

@@ -445,6 +445,7 @@ def test_dora_single_version_replicas_on_two_vllm_replicas(assets32: Assets, tmp
     # the vLLM replicas (DoraVLLMReplica, set while the trainer builds its managers) were started
     # beside the trainer's engines
     assert result.steps[0]["dora/startup/replicas_prestarted"] == 1.0, result.steps[0]
+    assert result.steps[0]["dora/startup/agent_loops_prestarted"] == 1.0, result.steps[0]
     bound = 1
     for metrics in result.steps:
         assert metrics["training/off_policy/trajectory_spans/max"] == 1, "one version per sample"

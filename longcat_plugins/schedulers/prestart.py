@@ -12,6 +12,13 @@ placement groups (so the replicas can only take the devices the trainer leaves, 
 order), and hands the finished manager to verl when its setup asks for it
 (:meth:`ReplicaPrestart.handing_over`). Nothing else changes: the same call, the same replica
 ranks (checked), the same class (a recipe's ``rollout_replica_class`` is read in that window).
+
+The agent-loop workers are the next process in the chain: verl's ``main_ppo`` creates the
+agent-loop manager only after ``trainer.init()`` returns, which for ``separate_async`` ends by
+syncing weights to the replicas (waiting for their servers to come up). With
+:class:`PrestartedAgentLoopManager` as ``actor_rollout_ref.rollout.agent.agent_loop_manager_class``
+(the ``dora_cpu`` / ``dora_gpu`` recipes set it), the trainer creates that manager with the same
+arguments as soon as its client exists, before the sync, and ``main_ppo``'s ``create`` gets it.
 """
 
 from __future__ import annotations
@@ -22,9 +29,10 @@ import threading
 import time
 from collections.abc import Callable, Iterator
 from concurrent.futures import Future
-from typing import Any
+from typing import Any, ClassVar
 
 from omegaconf import DictConfig
+from verl.trainer.ppo.v1 import AgentLoopManagerTQ
 
 logger = logging.getLogger(__name__)
 
@@ -166,3 +174,27 @@ class ReplicaPrestart:
             yield
         finally:
             module.LLMServerManager = original
+
+
+class PrestartedAgentLoopManager(AgentLoopManagerTQ):
+    """verl's v1 (TransferQueue) agent-loop manager, which the dora trainer may create ahead.
+
+    :meth:`prestart` runs verl's own ``create`` (the workers' processes start, nothing waits for
+    them); ``main_ppo``'s later ``create`` with the same ``config`` object gets that manager, and
+    any other call builds one as verl does.
+    """
+
+    #: ``id(config)`` -> the manager created ahead for the run with that config
+    _ahead: ClassVar[dict[int, AgentLoopManagerTQ]] = {}
+
+    @classmethod
+    def prestart(cls, **kwargs: Any) -> None:
+        """verl's ``create(**kwargs)`` now; kept for the ``create`` with the same ``config``."""
+        cls._ahead[id(kwargs["config"])] = super().create(**kwargs)
+
+    @classmethod
+    def create(cls, *args: Any, **kwargs: Any) -> Any:
+        ahead = None if args else cls._ahead.pop(id(kwargs.get("config")), None)
+        if ahead is not None:
+            return ahead
+        return super().create(*args, **kwargs)

@@ -76,6 +76,7 @@ from verl.trainer.ppo.v1.trainer_separate_async import PPOTrainerSeparateAsync
 from verl.utils import tensordict_utils as tu
 from verl.utils.config import omega_conf_to_dataclass
 from verl.utils.debug import marked_timer
+from verl.utils.import_utils import load_class_from_fqn
 from verl.utils.ray_utils import auto_await
 
 from longcat_plugins.data.checks import planned_settings, strategy_problems
@@ -96,7 +97,7 @@ from longcat_plugins.schedulers.dispatch import ANY_DOMAIN, DispatchPlanner, dis
 from longcat_plugins.schedulers.elastic import ElasticColocationPolicy
 from longcat_plugins.schedulers.lengths import batch_response_lengths, trained_length_metrics
 from longcat_plugins.schedulers.load_balancer import create_dora_load_balancer
-from longcat_plugins.schedulers.prestart import ReplicaPrestart
+from longcat_plugins.schedulers.prestart import PrestartedAgentLoopManager, ReplicaPrestart
 from longcat_plugins.schedulers.sampler import DoraReplayBuffer, _lookup
 from longcat_plugins.schedulers.settings import SETTINGS_PATH, DoraSettings, dora_settings
 
@@ -710,6 +711,8 @@ class DoraTrainer(PPOTrainerSeparateAsync):
             )
         if balancer is not None:
             self._install_load_balancer(balancer)
+        self._prestart_agent_loops()  # the client's router is final: before anything waits for the servers
+        if balancer is not None:
             if self._stop_requests() and not self.dora.single_version_replicas:  # multi-version: keep the window
                 manager = self.standalone_server_manager
                 ray.get([h.set_staleness.remote(self.dora.staleness) for h in manager.server_handles])
@@ -723,6 +726,23 @@ class DoraTrainer(PPOTrainerSeparateAsync):
             planned = self.planned
             if planned is not None:
                 self.replay_buffer.judged_by_signal = lambda uid: uid in planned.verify_uids
+
+    def _prestart_agent_loops(self) -> None:
+        """Create the agent-loop manager now when the recipe names :class:`PrestartedAgentLoopManager`
+        (or a subclass): its workers' processes start while the replicas come up and take their
+        first weights; verl's ``main_ppo`` then gets it, built from the same methods' results."""
+        self._startup_metrics["dora/startup/agent_loops_prestarted"] = 0.0
+        fqn = self.config.actor_rollout_ref.rollout.get("agent", {}).get("agent_loop_manager_class")
+        manager_cls = load_class_from_fqn(fqn, "AgentLoopManager") if fqn else None
+        if not (isinstance(manager_cls, type) and issubclass(manager_cls, PrestartedAgentLoopManager)):
+            return
+        manager_cls.prestart(
+            config=self.config,
+            llm_client=self.get_llm_client(),
+            teacher_client=self.get_teacher_client(),
+            reward_loop_worker_handles=self.get_reward_handles(),
+        )
+        self._startup_metrics["dora/startup/agent_loops_prestarted"] = 1.0
 
     def _install_single_version(self) -> None:
         """Replica-granular versioning: ``hf`` servers hold one version, and weight syncs go
