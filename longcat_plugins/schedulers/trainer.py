@@ -42,6 +42,10 @@ is DORA's core rule; this trainer changes exactly that:
   it when a batch is taken (the newest version is about to be superseded) and when a version is
   published.
 
+* **Start-up.** The standalone replicas start as soon as the trainer's devices are reserved,
+  beside its engines, and the agent-loop manager before the first weight sync
+  (:mod:`~longcat_plugins.schedulers.prestart`), not one after another as verl's setup does.
+
 It logs ``dora/*`` metrics (staleness, versions per batch, prompts still generating when the
 batch was taken, the trainer's wait, request load ratio and busy ratio of the replicas, the
 trained length distribution ``dora/trained_len_*`` and the length censoring
@@ -454,7 +458,7 @@ class DoraTrainer(PPOTrainerSeparateAsync):
         self._verify_due = False
         #: a prompt row the verification rows are shaped like (the last chunk's first row)
         self._verify_template: Any = None
-        #: logged with step 1: whether the standalone replicas started beside the engines, and how long they took
+        #: logged with step 1: what started ahead of verl's setup order, and how long the replicas took
         self._startup_metrics: dict[str, float] = {}
 
     # -- construction ---------------------------------------------------------------------------
