@@ -968,6 +968,30 @@ def dora_startup_ab(d: dict[str, Any]) -> list[str]:
     return table(" | ".join(["run", *keys.values(), "before step 1", "per seed"]), cells)
 
 
+def tool_families(d: dict[str, Any]) -> list[str]:
+    """Per first-tool family of the held-out tasks: greedy successes and sampled success rate,
+    warm start -> trained (``bench_tool_families.py``)."""
+    rows = sorted(d["families"].items(), key=lambda kv: (-kv[1]["sampled_before"], kv[0]))
+    total = {k: sum(r[k] for _, r in rows) for k in ("tasks", "greedy_before", "greedy_after")}
+    return table(
+        "first call (family) | tasks | greedy, warm start | greedy, trained | sampled, warm start | sampled, trained",
+        [
+            *(
+                (
+                    f"`{name}`",
+                    r["tasks"],
+                    r["greedy_before"],
+                    r["greedy_after"],
+                    f"{100 * r['sampled_before']:.1f}%",
+                    f"{100 * r['sampled_after']:.1f}%",
+                )
+                for name, r in rows
+            ),
+            ("all", total["tasks"], total["greedy_before"], total["greedy_after"], "", ""),
+        ],
+    )
+
+
 #: name -> (results file, renderer)
 TABLES: dict[str, tuple[str, Renderer]] = {
     "rewards_math": ("bench/results/rewards.json", rewards_math),
@@ -979,6 +1003,7 @@ TABLES: dict[str, tuple[str, Renderer]] = {
     "dora_cuda": ("bench/results/dora_cpu.json", dora_cuda),
     "dora_startup": ("bench/results/dora_cpu.json", dora_startup),
     "dora_startup_ab": ("bench/results/dora_startup_cpu.json", dora_startup_ab),
+    "tool_families": ("bench/results/tool_families.json", tool_families),
     "self_verification": ("bench/results/archive/self_verification.json", self_verification),
     "data_runs": ("bench/results/archive/data.json", data_runs),
     "data_summary": ("bench/results/archive/data.json", data_summary),
