@@ -51,7 +51,7 @@ def families(val: Path) -> list[tuple[str, str]]:
     return [(chain[0][0], chain[1][0]) for chain in chains]
 
 
-def play(model: Path, val: Path, samples: int, seed: int) -> dict[str, Any]:
+def probe_twice(model: Path, val: Path, samples: int, seed: int) -> dict[str, Any]:
     from longcat_plugins.learning.tool_probe import probe
 
     return {"greedy": probe(model, val), "sampled": probe(model, val, n=samples, do_sample=True, seed=seed)}
@@ -90,8 +90,8 @@ def main() -> None:
         if not any(exported.glob("*.safetensors")):
             raise SystemExit(f"no HF export at {exported}")
         print("probing the warm start and the trained policy", flush=True)
-        before = play(warm, val, args.samples, args.seed)
-        after = play(exported, val, args.samples, args.seed)
+        before = probe_twice(warm, val, args.samples, args.seed)
+        after = probe_twice(exported, val, args.samples, args.seed)
     pairs = families(val)
     tasks = [
         {

@@ -953,18 +953,14 @@ def dora_startup_ab(d: dict[str, Any]) -> list[str]:
     for r in d["results"]:
         if r.get("startup", {}).get("phases_s"):
             groups.setdefault((r["device"], r["run"]), []).append(r)
+    seconds = "{:.1f}".format
     cells = []
     for (device, run), records in groups.items():
         records.sort(key=lambda r: r["seed"])
-
-        def spread(values: list[float]) -> str:
-            mean = sum(values) / len(values)
-            return f"{mean:.1f} ({min(values):.1f}-{max(values):.1f})" if len(values) > 1 else f"{mean:.1f}"
-
-        phases = [spread([r["startup"]["phases_s"].get(k, float("nan")) for r in records]) for k in keys]
+        phases = [spread([r["startup"]["phases_s"].get(k, float("nan")) for r in records], seconds) for k in keys]
         total = [r["startup"]["startup_s"] for r in records]
         seeds = ", ".join(f"{r['seed']}: {r['startup']['startup_s']:.1f}" for r in records)
-        cells.append((f"`{run}` ({device})", *phases, f"**{spread(total)}**", seeds))
+        cells.append((f"`{run}` ({device})", *phases, f"**{spread(total, seconds)}**", seeds))
     return table(" | ".join(["run", *keys.values(), "before step 1", "per seed"]), cells)
 
 

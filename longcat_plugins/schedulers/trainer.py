@@ -460,6 +460,8 @@ class DoraTrainer(PPOTrainerSeparateAsync):
         self._verify_template: Any = None
         #: logged with step 1: what started ahead of verl's setup order, and how long the replicas took
         self._startup_metrics: dict[str, float] = {}
+        #: the standalone replicas' early start (set by ``_setup``, watched in ``_init_resource_pool_mgr``)
+        self._prestart: ReplicaPrestart | None = None
 
     # -- construction ---------------------------------------------------------------------------
 
@@ -673,9 +675,8 @@ class DoraTrainer(PPOTrainerSeparateAsync):
         self.resource_pool_manager = pin_resource_pools(
             self.resource_pool_manager, dict(self.dora.node_resources), f"{SETTINGS_PATH}.node_resources"
         )
-        prestart = getattr(self, "_prestart", None)
-        if prestart is not None:
-            prestart.watch_pools(self.resource_pool_manager)
+        if self._prestart is not None:
+            self._prestart.watch_pools(self.resource_pool_manager)
 
     def _setup(self) -> None:
         from verl.workers.rollout.llm_server import LLMServerManager
@@ -691,7 +692,6 @@ class DoraTrainer(PPOTrainerSeparateAsync):
         # replicas (each actor's process is seconds of imports: on the lent H100 15-25 s, and verl
         # starts them one after another); it gets its servers once they exist
         balancer = self._spawn_load_balancer() if self.dora.load_balancer == "dora" else None
-        #: the standalone replicas' early start, watching the pools _init_resource_pool_mgr makes
         self._prestart = (
             ReplicaPrestart(LLMServerManager.create, self.config, self._enable_hybrid_replicas)
             if self.dora.prestart_replicas
