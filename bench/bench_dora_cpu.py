@@ -14,6 +14,8 @@ a random tiny model almost never stops early, so the budget is the length). Runs
   or two standalone multi-version ``hf`` replicas, staleness bound 1, no admission control.
 - ``dora_1_window`` / ``dora_1_length``: ``dora_1`` with admission ``version_window`` /
   ``length_aware`` (window 1: new requests are held while the trainer updates the newest version).
+- ``dora_2_length``: ``dora_2`` with the length-aware admission: the same hardware as ``sync``
+  (one device, one host) with a second generation engine beside the first.
 - ``dora_1_replay``: ``dora_1`` with the replay of stale finished groups (``reuse_ratio`` 0.25:
   one replayed group per batch of 4), the first report's answer to discarded long groups.
 
@@ -100,6 +102,9 @@ def runs(long_tokens: int) -> dict[str, tuple[str, list[str]]]:
             ],
         ),
         "dora_2": ("dora_cpu", dora),
+        # two standalone engines (the GPU host's rollout is the hf engine on its CPU cores, which one
+        # engine leaves idle) with the length-aware admission that keeps long answers
+        "dora_2_length": ("dora_cpu", [*dora, f"+{DORA_KEY}.admission=length_aware", f"+{DORA_KEY}.admission_window=1"]),
     }
 
 
