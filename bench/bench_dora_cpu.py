@@ -104,6 +104,10 @@ def runs(long_tokens: int) -> dict[str, tuple[str, list[str]]]:
         "dora_2": ("dora_cpu", dora),
         # two standalone engines (the GPU host's rollout is the hf engine on its CPU cores, which one
         # engine leaves idle) with the length-aware admission that keeps long answers
+        "dora_2_window": (
+            "dora_cpu",
+            [*dora, f"+{DORA_KEY}.admission=version_window", f"+{DORA_KEY}.admission_window=1"],
+        ),
         "dora_2_length": (
             "dora_cpu",
             [*dora, f"+{DORA_KEY}.admission=length_aware", f"+{DORA_KEY}.admission_window=1"],
