@@ -38,7 +38,9 @@ record it re-runs (same run, seed, device and ``--tag``): the others already in 
 are kept (a run planned but cut off too), and a new ``sync`` moves its group's earlier records to
 ``<tag>_prev_session`` (:func:`merge_records`), so a lent GPU session that re-runs ``sync`` with
 what else fits adds to the file without comparing across sessions.
-``--only`` runs in the order given. Each run's start-up is broken down into phases
+Every run polls verl's v1 replay buffer every ``--poll-interval`` seconds (50 ms, the CPU
+runtime's; verl's own 2 s rounds each step's generation wait of a tiny model up to 2 s, which is
+what the GPU records before ``poll_interval_s`` measured). ``--only`` runs in the order given. Each run's start-up is broken down into phases
 (``"startup"``, from when verl's milestone lines arrived; ``timed.log`` in each run folder).
 Results: ``<out>/<name>.json`` (with its provenance) and ``<out>/<name>.png``; ``--name`` defaults to
 ``dora_cpu`` (a separate study, like the start-up A/B ``dora_startup_cpu``, names its own).
@@ -61,6 +63,7 @@ import numpy as np
 
 from longcat_plugins.learning.assets import ensure_assets
 from longcat_plugins.runtime.fast_start import ENV_PRELOAD
+from longcat_plugins.runtime.fixes import CPU_POLL_INTERVAL, ENV_POLL
 from longcat_plugins.runtime.launch import configs_dir, run_training
 from longcat_plugins.schedulers.workload import AGENT_NAME, ENV_TRACE, write_skewed_dataset
 
@@ -154,7 +157,15 @@ def startup_phases(timed: list[tuple[float, str]], steps: list[dict[str, Any]]) 
         out["first_step_extra_s"] = round(step_s[0] - statistics.median(step_s[1:]), 3) if len(step_s) > 1 else None
         marks = [("launch", 0.0), *sorted(seen.items(), key=lambda kv: kv[1]), ("first_step_start", start)]
         out["phases_s"] = {f"{a}->{b}": round(tb - ta, 3) for (a, ta), (b, tb) in zip(marks, marks[1:], strict=False)}
+    if steps:  # the dora trainer's own account of its start-up order (absent under sync)
+        for key in PRESTART_METRICS:
+            if f"dora/startup/{key}" in steps[0]:
+                out[key] = steps[0][f"dora/startup/{key}"]
     return out
+
+
+#: step 1's metrics that say which start-up order a dora run took (schedulers/prestart.py)
+PRESTART_METRICS = ("replicas_prestarted", "replicas_create_s", "agent_loops_prestarted")
 
 
 STEP1 = re.compile(r"\bstep:1 - ")
@@ -198,6 +209,8 @@ def summarise(
         "process_s_per_sample": process_s / samples,
         "step_s_median": statistics.median(step_s),
         "gen_wait_s_mean": statistics.mean(s.get("timing_s/gen", 0.0) for s in steps),
+        # each step's wait: with verl's 2 s poll they come in whole polls (poll_interval_s)
+        "gen_wait_s": [round(s.get("timing_s/gen", 0.0), 3) for s in steps],
         "response_length_mean": statistics.mean(s["response_length/mean"] for s in steps),
         "reward_mean": statistics.mean(s["critic/score/mean"] for s in steps),
         **length_stats(trained),
@@ -335,6 +348,13 @@ def main() -> None:
     )
     parser.add_argument("--tag", default="", help="suffix of every run's name in the results (an A/B variant)")
     parser.add_argument(
+        "--poll-interval",
+        type=float,
+        default=CPU_POLL_INTERVAL,
+        help="seconds between the v1 replay buffer's polls, every run and device (LONGCAT_V1_POLL_INTERVAL; "
+        "verl's own is 2.0, which quantises a tiny model's generation wait into 2 s steps)",
+    )
+    parser.add_argument(
         "--preload",
         default="",
         help="LONGCAT_RAY_PRELOAD of every run: modules Ray's prestarted workers import ahead (1: verl's main_ppo)",
@@ -410,7 +430,12 @@ def main() -> None:
                     *args.set,
                 ],
                 run_dir,
-                env={"LONGCAT_DORA_TRACE": str(dora_trace), ENV_TRACE: str(workload_trace), ENV_PRELOAD: args.preload},
+                env={
+                    "LONGCAT_DORA_TRACE": str(dora_trace),
+                    ENV_TRACE: str(workload_trace),
+                    ENV_PRELOAD: args.preload,
+                    ENV_POLL: str(args.poll_interval),
+                },
                 on_line=on_line,
             )
             elapsed = time.perf_counter() - start
@@ -429,6 +454,7 @@ def main() -> None:
                 )
             record = {"device": args.device, "seed": seed} | summarise(name, result.steps, elapsed, trained, generated)
             record["startup"] = startup_phases(timed, result.steps) | {"ray_preload": args.preload}
+            record["poll_interval_s"] = args.poll_interval
             if args.tag or args.set:  # a variant: compared with the sync run of the same tag
                 record |= {"run": name + args.tag, "tag": args.tag, "overrides": list(args.set)}
             results.append(record)

@@ -74,9 +74,11 @@ class LongcatCallback(Callback):
             # asked for by config: every Ray worker this driver starts inherits the choice
             os.environ[ENV_RUNTIME] = "cpu"
         from longcat_plugins.runtime import fast_start
+        from longcat_plugins.runtime.fixes import ENV_POLL, poll_interval_from_env
 
-        try:
+        try:  # the environment every Ray worker inherits: a bad value stops here, not in a worker
             fast_start.preload_modules(os.environ.get(fast_start.ENV_PRELOAD))
+            poll_interval_from_env(os.environ.get(ENV_POLL))
         except ValueError as exc:
             print(f"longcat-plugins: {exc}", file=sys.stderr)
             raise SystemExit(2) from exc

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+from pathlib import Path
 
 import pytest
 from conftest import run_python
@@ -39,6 +40,8 @@ PROBE = """
     import verl.trainer.ppo.v1.replay_buffer as replay_buffer
     from longcat_plugins.runtime.fixes import APPLIED
     p = get_platform()
+    def poll_interval():  # what verl's trainers get: they build the buffer without poll_interval
+        return replay_buffer.ReplayBuffer("sync", None, None, "drop", {}).poll_interval
     try:
         on_device = str(torch.zeros(1).to(verl.utils.device.get_device_id()).device)
     except (AssertionError, RuntimeError) as exc:  # the nvidia fallback on a machine without CUDA
@@ -52,6 +55,7 @@ PROBE = """
         "fsdp_devices": fsdp_devices,
         "applied": sorted(APPLIED),
         "poll_fixed": getattr(replay_buffer.ReplayBuffer.__init__, "__longcat_fixed__", False),
+        "poll_interval": poll_interval(),
         "tensor_on_device": on_device,
     }))
 """
@@ -70,7 +74,7 @@ def test_cpu_runtime_in_a_fresh_verl_process() -> None:
     assert {"process_group_backend", "sft_process_group", "engine_registry_cpu", "v1_poll_interval"} <= set(
         out["applied"]
     )
-    assert out["poll_fixed"]
+    assert out["poll_fixed"] and out["poll_interval"] == 0.05
     assert out["tensor_on_device"] == "cpu"
 
 
@@ -83,4 +87,31 @@ def test_fixes_stay_out_when_the_runtime_is_off() -> None:
         and "cpu" not in out["fsdp_devices"]
         and out["applied"] == []
     )
-    assert not out["poll_fixed"]
+    assert not out["poll_fixed"] and out["poll_interval"] == 2.0, "verl's own default where nothing asks"
+
+
+def test_the_poll_interval_applies_on_any_device_when_asked() -> None:
+    """LONGCAT_V1_POLL_INTERVAL is honoured off the CPU runtime too (the GPU benches set it: with
+    verl's 2 s every step's generation wait came in 2 s quanta there), and only that fix lands."""
+    off = probe({"LONGCAT_RUNTIME": "off", "VERL_PLATFORM": "", "LONGCAT_V1_POLL_INTERVAL": "0.2"})
+    assert off["poll_fixed"] and off["poll_interval"] == 0.2
+    assert off["applied"] == ["v1_poll_interval"] and not off["backend_fixed"]
+    cpu = probe({"LONGCAT_RUNTIME": "cpu", "LONGCAT_V1_POLL_INTERVAL": "0.5"})
+    assert cpu["poll_interval"] == 0.5
+
+
+@pytest.mark.parametrize("value", ["fast", "-1", "inf", "nan"])
+def test_a_bad_poll_interval_names_the_variable(value: str) -> None:
+    from longcat_plugins.runtime.fixes import poll_interval_from_env
+
+    with pytest.raises(ValueError, match=f"LONGCAT_V1_POLL_INTERVAL='{value}': not a number of seconds >= 0"):
+        poll_interval_from_env(value)
+    assert poll_interval_from_env(None) is None and poll_interval_from_env(" ") is None
+    assert poll_interval_from_env("0") == 0.0 and poll_interval_from_env("2.5") == 2.5
+
+
+def test_main_ppo_refuses_a_bad_poll_interval_before_ray(tmp_path: Path) -> None:
+    from conftest import main_ppo_refuses
+
+    proc = main_ppo_refuses(tmp_path, "cpu_demo", env={"LONGCAT_V1_POLL_INTERVAL": "2s"})
+    assert "LONGCAT_V1_POLL_INTERVAL='2s': not a number of seconds >= 0" in proc.stderr

@@ -121,19 +121,43 @@ def fix_pin_memory(module: ModuleType) -> None:
     torch.Tensor.pin_memory = pin_memory  # type: ignore[method-assign]
 
 
-#: seconds between the v1 replay buffer's polls on the CPU runtime (verl hard-codes 2.0)
+#: seconds between the v1 replay buffer's polls (verl hard-codes 2.0): set, it applies on any
+#: device; unset, the CPU runtime polls every :data:`CPU_POLL_INTERVAL` and a GPU keeps verl's 2 s
 ENV_POLL = "LONGCAT_V1_POLL_INTERVAL"
 CPU_POLL_INTERVAL = 0.05
 
 
-@guarded("v1_poll_interval")
+def poll_interval_from_env(value: str | None) -> float | None:
+    """The poll interval ``LONGCAT_V1_POLL_INTERVAL`` asks for (None: unset); a value that is
+    not a finite number of seconds >= 0 is an error naming the variable."""
+    if value is None or not value.strip():
+        return None
+    try:
+        seconds = float(value)
+    except ValueError:
+        seconds = float("nan")
+    if not (seconds >= 0 and seconds != float("inf")):
+        raise ValueError(f"{ENV_POLL}={value!r}: not a number of seconds >= 0 (verl's default is 2.0)")
+    return seconds
+
+
 def fix_v1_poll_interval(module: ModuleType) -> None:
-    """The v1 trainer's replay buffer sleeps 2 s between polls for finished rollouts and its
-    config cannot change that; with a tiny model a step's work is ~0.3 s, so the CPU runtime
-    polls every 50 ms instead (``LONGCAT_V1_POLL_INTERVAL`` overrides). Only the default
-    changes: a caller passing ``poll_interval`` keeps its value."""
+    """The v1 trainers' replay buffer sleeps 2 s between polls for finished rollouts and its
+    config cannot change that. With a tiny model a step's work is ~0.3 s, so every step's wait
+    for generation comes in whole 2 s quanta (on the lent H100, sync's generation wait read
+    2.01 s whatever the responses' length): the CPU runtime polls every 50 ms, and
+    ``LONGCAT_V1_POLL_INTERVAL`` sets it on any device (the GPU benches set it). Only the
+    default changes: a caller passing ``poll_interval`` keeps its value."""
     import os
 
+    asked = poll_interval_from_env(os.environ.get(ENV_POLL))
+    if asked is None and not cpu_runtime_active():
+        logger.debug("fix v1_poll_interval skipped: the CPU runtime is not active and %s is unset", ENV_POLL)
+        return
+    if not verl_is_tested():
+        logger.warning("longcat-plugins: fix v1_poll_interval skipped: verl is outside %s", FIXED_VERL)
+        return
+    interval = CPU_POLL_INTERVAL if asked is None else asked
     cls = module.ReplayBuffer
     original = cls.__init__
     if getattr(original, "__longcat_fixed__", False):
@@ -141,11 +165,12 @@ def fix_v1_poll_interval(module: ModuleType) -> None:
 
     @functools.wraps(original)
     def __init__(self: Any, *args: Any, **kwargs: Any) -> None:
-        kwargs.setdefault("poll_interval", float(os.environ.get(ENV_POLL, CPU_POLL_INTERVAL)))
+        kwargs.setdefault("poll_interval", interval)
         original(self, *args, **kwargs)
 
     __init__.__longcat_fixed__ = True  # type: ignore[attr-defined]
     cls.__init__ = __init__
+    APPLIED["v1_poll_interval"] = True
 
 
 #: verl module -> fixes to run right after it is imported
