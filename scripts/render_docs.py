@@ -886,11 +886,20 @@ def dora_cuda(d: dict[str, Any]) -> list[str]:
             f"{r['generated_len_mean']:.1f} ({r['generated_samples']})",
             f"{r.get('evicted_stale_groups') or 0:.0f}",
             f"{r.get('stale_aborted') or 0:.0f}",
+            f"{r['poll_interval_s']:g}",
+            polls(r),
         )
+
+    def polls(r: dict[str, Any]) -> str:
+        """Steps whose generation wait reached a whole poll (each step's wait, where recorded)."""
+        waits = r.get("gen_wait_s")
+        if not waits:
+            return "-"
+        return f"{sum(w >= 0.9 * r['poll_interval_s'] for w in waits)} of {len(waits)}"
 
     return table(
         "run (cuda, seed) | tokens/s | samples/s | mean trained length | p90 | generated length (mean, samples)"
-        " | finished groups evicted as stale | in-flight stops",
+        " | finished groups evicted as stale | in-flight stops | replay-buffer poll (s) | steps that waited a poll",
         map(cells, runs),
     )
 
@@ -935,6 +944,16 @@ def dora_startup(d: dict[str, Any]) -> list[str]:
                 "Ray's workers preload",
                 *(f"`{r['startup']['ray_preload']}`" if r["startup"].get("ray_preload") else "-" for r in runs),
                 "`--preload` (`LONGCAT_RAY_PRELOAD`; `1`: `verl.trainer.main_ppo`)",
+            ),
+            (
+                "standalone replicas prestarted",
+                *(
+                    ("yes" if r["startup"]["replicas_prestarted"] else "no")
+                    if "replicas_prestarted" in r["startup"]
+                    else ("-" if r["run"].startswith("sync") else "not recorded")
+                    for r in runs
+                ),
+                "`dora/startup/replicas_prestarted` at step 1 (`prestart_replicas`, below)",
             ),
             (
                 "step 1 beyond a later step",
