@@ -7,9 +7,10 @@
 #   LONGCAT_PROVENANCE_COMMIT=<sent commit> LONGCAT_PROVENANCE_DIRTY=0|1 bash bench/gpu_session.sh startup [budget_s]
 #
 # dora (issue 31, item 4; issue 34, goal 3): bench_dora_cpu.py --device cuda --steps 8 --seeds 0 with
-#   Ray's prestarted workers preloading verl (--preload 1): sync, dora_2_length (a second hf engine on
-#   the host's idle cores, length-aware admission), replay, dora_1, dora_1_serial, each cut off by
-#   what is left of budget_s (default 540), results written after every run.
+#   Ray's prestarted workers preloading verl (--preload 1) and the replay buffer polling every 50 ms
+#   (the bench's default; every run before d90aeec kept verl's 2 s): sync, dora_2_window and
+#   dora_1_window (the report's hold-back rule with two engines and one), dora_2_length, dora_1,
+#   each cut off by what is left of budget_s (default 540), results written after every run.
 # startup (issue 34, goal 3): 2 steps each of dora_1 (standalone replicas prestarted beside the
 #   trainer's engines, the default), dora_1_serial (verl's serial order) and sync, with the preload,
 #   into dora_startup_cpu.json (--name; its CPU records kept): the prestart A/B on the GPU host.
@@ -29,7 +30,7 @@ t=$SECONDS; python3 -m compileall -q -j 16 /tmp/site >/dev/null 2>&1; echo "comp
 mkdir -p "$OUT" /tmp/work
 cp bench/results/dora_cpu.json bench/results/dora_startup_cpu.json "$OUT/"
 case "$what" in
-  dora) args=(--steps 8 --preload 1 --only sync dora_2_length dora_1_replay dora_1 dora_1_serial) ;;
+  dora) args=(--steps 8 --preload 1 --only sync dora_2_window dora_1_window dora_2_length dora_1) ;;
   startup) args=(--steps 2 --preload 1 --name dora_startup_cpu --only dora_1 dora_1_serial sync) ;;
   *) echo "unknown: $what (dora or startup)"; exit 2 ;;
 esac
