@@ -16,6 +16,10 @@ a random tiny model almost never stops early, so the budget is the length). Runs
   ``length_aware`` (window 1: new requests are held while the trainer updates the newest version).
 - ``dora_2_length``: ``dora_2`` with the length-aware admission: the same hardware as ``sync``
   (one device, one host) with a second generation engine beside the first.
+- ``dora_1_window_w1`` / ``dora_2_window_w1``: the window runs with one batch in flight beyond
+  the one being trained (``num_warmup_batches`` 1, the recipes' default; every other dora run
+  keeps 2, which with staleness 1 leaves a third batch that is stale by the time its turn comes
+  whenever generation keeps up).
 - ``dora_1_replay``: ``dora_1`` with the replay of stale finished groups (``reuse_ratio`` 0.25:
   one replayed group per batch of 4), the first report's answer to discarded long groups.
 
@@ -107,6 +111,26 @@ def runs(long_tokens: int) -> dict[str, tuple[str, list[str]]]:
         "dora_2": ("dora_cpu", dora),
         # two standalone engines (the GPU host's rollout is the hf engine on its CPU cores, which one
         # engine leaves idle) with the length-aware admission that keeps long answers
+        # one batch in flight beyond the one being trained (the recipes' own num_warmup_batches): with
+        # staleness 1 no finished group can outlive its window waiting in line (the runs above keep 2)
+        "dora_1_window_w1": (
+            "dora_cpu",
+            [
+                *one,
+                f"+{DORA_KEY}.admission=version_window",
+                f"+{DORA_KEY}.admission_window=1",
+                "trainer.v1.separate_async.num_warmup_batches=1",
+            ],
+        ),
+        "dora_2_window_w1": (
+            "dora_cpu",
+            [
+                *dora,
+                f"+{DORA_KEY}.admission=version_window",
+                f"+{DORA_KEY}.admission_window=1",
+                "trainer.v1.separate_async.num_warmup_batches=1",
+            ],
+        ),
         "dora_2_window": (
             "dora_cpu",
             [*dora, f"+{DORA_KEY}.admission=version_window", f"+{DORA_KEY}.admission_window=1"],

@@ -8,9 +8,11 @@
 #
 # dora (issue 31, item 4; issue 34, goal 3): bench_dora_cpu.py --device cuda --steps 8 --seeds 0 with
 #   Ray's prestarted workers preloading verl (--preload 1) and the replay buffer polling every 50 ms
-#   (the bench's default; every run before d90aeec kept verl's 2 s): sync, dora_2_window and
-#   dora_1_window (the report's hold-back rule with two engines and one), dora_2_length, dora_1,
-#   each cut off by what is left of budget_s (default 540), results written after every run.
+#   (the bench's default; every run before d90aeec kept verl's 2 s): sync, then the report's
+#   hold-back rule with two engines and one, first with one batch in flight beyond the trained one
+#   (dora_2_window_w1, dora_1_window_w1: no evictions on the CPU) then two (dora_2_window,
+#   dora_1_window), each cut off by what is left of budget_s (default 540), results written
+#   after every run.
 # startup (issue 34, goal 3): 2 steps each of dora_1 (standalone replicas prestarted beside the
 #   trainer's engines, the default), dora_1_serial (verl's serial order) and sync, with the preload,
 #   into dora_startup_cpu.json (--name; its CPU records kept): the prestart A/B on the GPU host.
@@ -30,7 +32,7 @@ t=$SECONDS; python3 -m compileall -q -j 16 /tmp/site >/dev/null 2>&1; echo "comp
 mkdir -p "$OUT" /tmp/work
 cp bench/results/dora_cpu.json bench/results/dora_startup_cpu.json "$OUT/"
 case "$what" in
-  dora) args=(--steps 8 --preload 1 --only sync dora_2_window dora_1_window dora_2_length dora_1) ;;
+  dora) args=(--steps 8 --preload 1 --only sync dora_2_window_w1 dora_1_window_w1 dora_2_window dora_1_window) ;;
   startup) args=(--steps 2 --preload 1 --name dora_startup_cpu --only dora_1 dora_1_serial sync) ;;
   *) echo "unknown: $what (dora or startup)"; exit 2 ;;
 esac

@@ -706,12 +706,13 @@ def _spread(values: list[float]) -> str:
 
 def dora_cpu(d: dict[str, Any]) -> list[str]:
     results = d["results"]
-    sync = {(r["device"], r["seed"]): r for r in results if r["run"] == "sync"}
+    # each run against the sync of its seed and tag (a tagged variant has a sync of its own)
+    sync = {(r["device"], r["seed"], r.get("tag", "")): r for r in results if r["run"] == "sync" + r.get("tag", "")}
 
     def cells(key: str, s: dict[str, Any]) -> tuple[object, ...]:
         run, device = key.removesuffix(")").split(" (")
         rs = sorted((r for r in results if r["run"] == run and r["device"] == device), key=lambda r: r["seed"])
-        samples = [r["samples_per_s"] / sync[(device, r["seed"])]["samples_per_s"] for r in rs]
+        samples = [r["samples_per_s"] / sync[(device, r["seed"], r.get("tag", ""))]["samples_per_s"] for r in rs]
 
         def per_seed(field: str, fmt: str) -> str:
             return "/".join(format(r.get(field, 0), fmt) for r in rs)
@@ -1015,6 +1016,7 @@ TABLES: dict[str, tuple[str, Renderer]] = {
     "engines": ("bench/results/engines.json", engines),
     "losses": ("bench/results/losses.json", losses),
     "losses_cuda": ("bench/results/losses_cuda.json", losses_cuda),
+    "dora_two_engines_cpu": ("bench/results/dora_two_engines_cpu.json", dora_cpu),
     "dora_cuda": ("bench/results/dora_cpu.json", dora_cuda),
     "dora_startup": ("bench/results/dora_cpu.json", dora_startup),
     "dora_startup_ab": ("bench/results/dora_startup_cpu.json", dora_startup_ab),
