@@ -30,9 +30,16 @@ def train_or_raise(
     config: Path, overrides: Sequence[str], run_dir: Path, label: str, env: dict[str, str] | None = None
 ) -> Any:
     """``runtime.launch.run_training`` under a private Ray temp folder; its ``RunResult``. A non-zero
-    exit raises ``RuntimeError`` naming ``label`` and the run's log."""
+    exit raises ``RuntimeError`` naming ``label`` and the run's log. verl's v1 replay buffer polls
+    every 50 ms on every device (the CPU runtime's; verl's own 2 s rounds a tiny model's steps up to
+    whole polls on a GPU) unless the caller or the environment sets ``LONGCAT_V1_POLL_INTERVAL``."""
+    import os
+
+    from longcat_plugins.runtime.fixes import CPU_POLL_INTERVAL, ENV_POLL
     from longcat_plugins.runtime.launch import run_training
 
+    if ENV_POLL not in os.environ and ENV_POLL not in (env or {}):
+        env = {**(env or {}), ENV_POLL: str(CPU_POLL_INTERVAL)}
     ray_tmp = Path(tempfile.mkdtemp(prefix="lcb", dir="/tmp"))
     try:
         result = run_training(config, [*overrides, f"+ray_kwargs.ray_init._temp_dir={ray_tmp}"], run_dir, env=env)
