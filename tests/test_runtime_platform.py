@@ -1,4 +1,5 @@
-"""Platform selection and the guarded fixes: they apply on the CPU runtime and nowhere else."""
+"""Platform selection and the guarded fixes: they apply on the CPU runtime and nowhere else, except
+the replay-buffer poll, which ``LONGCAT_V1_POLL_INTERVAL`` sets on any device."""
 
 from __future__ import annotations
 
@@ -6,7 +7,7 @@ import json
 from pathlib import Path
 
 import pytest
-from conftest import run_python
+from conftest import main_ppo_refuses, run_python
 
 from longcat_plugins.runtime import platform
 
@@ -111,7 +112,5 @@ def test_a_bad_poll_interval_names_the_variable(value: str) -> None:
 
 
 def test_main_ppo_refuses_a_bad_poll_interval_before_ray(tmp_path: Path) -> None:
-    from conftest import main_ppo_refuses
-
     proc = main_ppo_refuses(tmp_path, "cpu_demo", env={"LONGCAT_V1_POLL_INTERVAL": "2s"})
     assert "LONGCAT_V1_POLL_INTERVAL='2s': not a number of seconds >= 0" in proc.stderr
