@@ -3,7 +3,7 @@
 #
 #   bash ../shared/tools/device-pack.sh            # here, after scripts/setup-cpu.sh: writes .device/
 #   # device run, carry [".device"]:
-#   LONGCAT_PROVENANCE_COMMIT=<sent commit> LONGCAT_PROVENANCE_DIRTY=0|1 bash bench/gpu_session.sh dora [budget_s]
+#   LONGCAT_PROVENANCE_COMMIT=<sent commit, full hash> LONGCAT_PROVENANCE_DIRTY=0|1 bash bench/gpu_session.sh dora [budget_s]
 #   LONGCAT_PROVENANCE_COMMIT=<sent commit> LONGCAT_PROVENANCE_DIRTY=0|1 bash bench/gpu_session.sh startup [budget_s]
 #
 # dora (issue 31, item 4; issue 34, goal 3): bench_dora_cpu.py --device cuda --steps 8 --seeds 0 with

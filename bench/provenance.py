@@ -21,6 +21,7 @@ import datetime
 import importlib.metadata
 import os
 import platform
+import re
 import shlex
 import subprocess
 import sys
@@ -116,6 +117,8 @@ def provenance(seeds: list[int] | dict[str, int] | None = None, command: list[st
         # a copy of the tree whose .git is missing or stale (the lent GPU machine's was an older
         # snapshot): the sender names the commit it sent and whether its tree differed from it
         commit, dirty = os.environ[ENV_COMMIT].strip(), os.environ.get(ENV_DIRTY, "1") != "0"
+        if not re.fullmatch(r"[0-9a-f]{40}", commit):  # checked at the bench's start, not after the run
+            raise SystemExit(f"{ENV_COMMIT}={commit!r}: give the full commit hash (git rev-parse HEAD)")
     return {
         "commit": commit,
         "dirty": dirty,
