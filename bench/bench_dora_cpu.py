@@ -89,14 +89,18 @@ def runs(long_tokens: int) -> dict[str, tuple[str, list[str]]]:
     ]
     dora = [*common, "trainer.v1.separate_async.num_warmup_batches=2", f"{DORA_KEY}.staleness=1"]
     one = [*dora, "actor_rollout_ref.rollout.n_gpus_per_node=1", "ray_kwargs.ray_init.num_gpus=2"]
+
+    def admit(kind: str) -> list[str]:  # admission control, window 1
+        return [f"+{DORA_KEY}.admission={kind}", f"+{DORA_KEY}.admission_window=1"]
+
+    # one batch in flight beyond the one being trained (the recipes' own num_warmup_batches): with
+    # staleness 1 no finished group can outlive its window waiting in line (the other runs keep 2)
+    in_flight_1 = "trainer.v1.separate_async.num_warmup_batches=1"
     return {
         "sync": ("cpu_demo", common),
         "dora_1": ("dora_cpu", one),
-        "dora_1_window": (
-            "dora_cpu",
-            [*one, f"+{DORA_KEY}.admission=version_window", f"+{DORA_KEY}.admission_window=1"],
-        ),
-        "dora_1_length": ("dora_cpu", [*one, f"+{DORA_KEY}.admission=length_aware", f"+{DORA_KEY}.admission_window=1"]),
+        "dora_1_window": ("dora_cpu", [*one, *admit("version_window")]),
+        "dora_1_length": ("dora_cpu", [*one, *admit("length_aware")]),
         "dora_1_replay": ("dora_cpu", [*one, f"+{DORA_KEY}.reuse_ratio=0.25"]),
         # verl's serial setup order: the standalone replicas start after the trainer's engines, the
         # agent-loop workers after trainer.init() (verl's own manager class)
@@ -109,36 +113,12 @@ def runs(long_tokens: int) -> dict[str, tuple[str, list[str]]]:
             ],
         ),
         "dora_2": ("dora_cpu", dora),
+        "dora_1_window_w1": ("dora_cpu", [*one, *admit("version_window"), in_flight_1]),
+        "dora_2_window_w1": ("dora_cpu", [*dora, *admit("version_window"), in_flight_1]),
         # two standalone engines (the GPU host's rollout is the hf engine on its CPU cores, which one
-        # engine leaves idle) with the length-aware admission that keeps long answers
-        # one batch in flight beyond the one being trained (the recipes' own num_warmup_batches): with
-        # staleness 1 no finished group can outlive its window waiting in line (the runs above keep 2)
-        "dora_1_window_w1": (
-            "dora_cpu",
-            [
-                *one,
-                f"+{DORA_KEY}.admission=version_window",
-                f"+{DORA_KEY}.admission_window=1",
-                "trainer.v1.separate_async.num_warmup_batches=1",
-            ],
-        ),
-        "dora_2_window_w1": (
-            "dora_cpu",
-            [
-                *dora,
-                f"+{DORA_KEY}.admission=version_window",
-                f"+{DORA_KEY}.admission_window=1",
-                "trainer.v1.separate_async.num_warmup_batches=1",
-            ],
-        ),
-        "dora_2_window": (
-            "dora_cpu",
-            [*dora, f"+{DORA_KEY}.admission=version_window", f"+{DORA_KEY}.admission_window=1"],
-        ),
-        "dora_2_length": (
-            "dora_cpu",
-            [*dora, f"+{DORA_KEY}.admission=length_aware", f"+{DORA_KEY}.admission_window=1"],
-        ),
+        # engine leaves idle)
+        "dora_2_window": ("dora_cpu", [*dora, *admit("version_window")]),
+        "dora_2_length": ("dora_cpu", [*dora, *admit("length_aware")]),
     }
 
 

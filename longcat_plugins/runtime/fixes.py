@@ -28,14 +28,17 @@ FIXED_VERL = SpecifierSet(TESTED_VERL)
 APPLIED: dict[str, bool] = {}
 
 
-def guarded(name: str) -> Callable[[Callable[[ModuleType], None]], Callable[[ModuleType], None]]:
-    """Run the fix only on the CPU runtime and a verl release it was written for."""
+def guarded(
+    name: str, active: Callable[[], bool] = cpu_runtime_active
+) -> Callable[[Callable[[ModuleType], None]], Callable[[ModuleType], None]]:
+    """Run the fix only where ``active`` says (the CPU runtime by default) and on a verl release
+    it was written for."""
 
     def decorate(fix: Callable[[ModuleType], None]) -> Callable[[ModuleType], None]:
         @functools.wraps(fix)
         def run(module: ModuleType) -> None:
-            if not cpu_runtime_active():
-                logger.debug("fix %s skipped: the CPU runtime is not active", name)
+            if not active():
+                logger.debug("fix %s skipped: not active in this process", name)
                 return
             if not verl_is_tested():
                 logger.warning("longcat-plugins: fix %s skipped: verl is outside %s", name, FIXED_VERL)
@@ -141,6 +144,13 @@ def poll_interval_from_env(value: str | None) -> float | None:
     return seconds
 
 
+def _poll_interval_asked() -> float | None:
+    import os
+
+    return poll_interval_from_env(os.environ.get(ENV_POLL))
+
+
+@guarded("v1_poll_interval", active=lambda: cpu_runtime_active() or _poll_interval_asked() is not None)
 def fix_v1_poll_interval(module: ModuleType) -> None:
     """The v1 trainers' replay buffer sleeps 2 s between polls for finished rollouts and its
     config cannot change that. With a tiny model a step's work is ~0.3 s, so every step's wait
@@ -148,15 +158,7 @@ def fix_v1_poll_interval(module: ModuleType) -> None:
     2.01 s whatever the responses' length): the CPU runtime polls every 50 ms, and
     ``LONGCAT_V1_POLL_INTERVAL`` sets it on any device (the GPU benches set it). Only the
     default changes: a caller passing ``poll_interval`` keeps its value."""
-    import os
-
-    asked = poll_interval_from_env(os.environ.get(ENV_POLL))
-    if asked is None and not cpu_runtime_active():
-        logger.debug("fix v1_poll_interval skipped: the CPU runtime is not active and %s is unset", ENV_POLL)
-        return
-    if not verl_is_tested():
-        logger.warning("longcat-plugins: fix v1_poll_interval skipped: verl is outside %s", FIXED_VERL)
-        return
+    asked = _poll_interval_asked()
     interval = CPU_POLL_INTERVAL if asked is None else asked
     cls = module.ReplayBuffer
     original = cls.__init__
@@ -170,7 +172,6 @@ def fix_v1_poll_interval(module: ModuleType) -> None:
 
     __init__.__longcat_fixed__ = True  # type: ignore[attr-defined]
     cls.__init__ = __init__
-    APPLIED["v1_poll_interval"] = True
 
 
 #: verl module -> fixes to run right after it is imported
