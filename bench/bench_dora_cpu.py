@@ -46,6 +46,14 @@ Every run polls verl's v1 replay buffer every ``--poll-interval`` seconds (50 ms
 runtime's; verl's own 2 s rounds each step's generation wait of a tiny model up to 2 s, which is
 what the GPU records before ``poll_interval_s`` measured). ``--only`` runs in the order given. Each run's start-up is broken down into phases
 (``"startup"``, from when verl's milestone lines arrived; ``timed.log`` in each run folder).
+``--overlap N`` keeps up to N runs alive at once (``bench/overlap.py``): the next runs start up
+while one trains, each held before its first step until the runs before it have finished (the
+start gate of ``schedulers/start_gate.py``, which the bench names as the run's agent-loop
+manager): no two runs train at once, and the start-ups (about two minutes a run on the lent H100,
+against 20-60 s of steps) are spent side by side instead of one after another. The
+time a run was held is left out of its start-up and process time (``startup.gate_wait_s``), and
+its record says which runs were alive beside it (``overlap.others_alive``): their start-ups share
+the host's cores with its training.
 Results: ``<out>/<name>.json`` (with its provenance) and ``<out>/<name>.png``; ``--name`` defaults to
 ``dora_cpu`` (a separate study, like the start-up A/B ``dora_startup_cpu``, names its own).
 """
@@ -72,6 +80,7 @@ from longcat_plugins.runtime.launch import configs_dir, run_training
 from longcat_plugins.schedulers.workload import AGENT_NAME, ENV_TRACE, write_skewed_dataset
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
+from overlap import gate_env, pipelined  # noqa: E402
 from provenance import earlier, provenance, stamp  # noqa: E402
 from training_run import seed_overrides  # noqa: E402
 
@@ -122,6 +131,29 @@ def runs(long_tokens: int) -> dict[str, tuple[str, list[str]]]:
     }
 
 
+AGENT_LOOP_MANAGER = "actor_rollout_ref.rollout.agent.agent_loop_manager_class"
+
+
+def gated_overrides(config: str, extra: list[str]) -> list[str]:
+    """``extra`` with the run's agent-loop manager replaced by its start-gated twin
+    (``schedulers/start_gate.py``): the manager the run's overrides name, else its recipe's, else
+    verl's. A manager with no gated twin stops the bench, naming it."""
+    from omegaconf import OmegaConf
+
+    from longcat_plugins.schedulers.start_gate import GATED
+
+    named = [o for o in extra if o.lstrip("+").split("=", 1)[0] == AGENT_LOOP_MANAGER]
+    if named:
+        value: str | None = named[-1].split("=", 1)[1]
+    else:
+        value = OmegaConf.select(OmegaConf.load(configs_dir() / f"{config}.yaml"), AGENT_LOOP_MANAGER)
+    value = None if value in (None, "", "null") else value
+    if value not in GATED:
+        raise SystemExit(f"--overlap: {config} runs the agent-loop manager {value}, which has no start-gated twin")
+    # ``++``: set whether or not the recipe has the key (verl's own config does not)
+    return [o for o in extra if o not in named] + [f"++{AGENT_LOOP_MANAGER}={GATED[value]}"]
+
+
 #: start-up milestones, each the first output line matching: the driver's own imports and config
 #: (verl prints its Ray arguments just before ``ray.init``), Ray up, the TaskRunner actor's first
 #: line (its process and imports), verl's worker-group creation, the actor/ref engines built,
@@ -161,6 +193,13 @@ def startup_phases(timed: list[tuple[float, str]], steps: list[dict[str, Any]]) 
         out["first_step_extra_s"] = round(step_s[0] - statistics.median(step_s[1:]), 3) if len(step_s) > 1 else None
         marks = [("launch", 0.0), *sorted(seen.items(), key=lambda kv: kv[1]), ("first_step_start", start)]
         out["phases_s"] = {f"{a}->{b}": round(tb - ta, 3) for (a, ta), (b, tb) in zip(marks, marks[1:], strict=False)}
+    waited = next((float(m.group(1)) for _, line in timed if (m := GATE_OPENED.search(line))), None)
+    if waited is not None and "startup_s" in out:  # held for its turn (--overlap): not start-up
+        out["gate_wait_s"] = round(waited, 3)
+        out["startup_s_with_gate"] = out["startup_s"]
+        out["startup_s"] = round(out["startup_s"] - waited, 3)
+        last = list(out["phases_s"])[-1]
+        out["phases_s"][last] = round(out["phases_s"][last] - waited, 3)
     if steps:  # the dora trainer's own account of its start-up order (absent under sync)
         for key in PRESTART_METRICS:
             if f"dora/startup/{key}" in steps[0]:
@@ -173,6 +212,8 @@ PRESTART_METRICS = ("replicas_prestarted", "replicas_create_s", "agent_loops_pre
 
 
 STEP1 = re.compile(r"\bstep:1 - ")
+#: the line ``schedulers/start_gate.py`` prints when a held run may train
+GATE_OPENED = re.compile(r"longcat start gate: open after ([0-9.]+) s")
 
 
 def read_jsonl(path: Path) -> list[dict[str, Any]]:
@@ -363,7 +404,16 @@ def main() -> None:
         default="",
         help="LONGCAT_RAY_PRELOAD of every run: modules Ray's prestarted workers import ahead (1: verl's main_ppo)",
     )
+    parser.add_argument(
+        "--overlap",
+        type=int,
+        default=1,
+        help="runs alive at once: each next run starts up while one trains and is held before its first "
+        "step until the runs before it have finished (1: one after another)",
+    )
     args = parser.parse_args()
+    if args.overlap < 1:
+        parser.error(f"--overlap: at least 1, got {args.overlap}")
     seeds = [int(s) for s in args.seeds.split(",") if s.strip()]
     known = runs(args.long_tokens)
     unknown = sorted(set(args.only or []) - set(known))
@@ -403,22 +453,29 @@ def main() -> None:
     }
     results: list[dict[str, Any]] = []
     summary = compare(previous)
-    for seed in seeds:
-        for name in order:
-            config, extra = known[name]
-            ray_tmp = tempfile.mkdtemp(prefix="lcray", dir="/tmp")
-            run_dir = work / f"{name}_s{seed}"
-            run_dir.mkdir(parents=True)
-            dora_trace, workload_trace = run_dir / "dora_trace.jsonl", run_dir / "workload.jsonl"
-            start = time.perf_counter()
-            timed: list[tuple[float, str]] = []
-            timed_log = (run_dir / "timed.log").open("w", buffering=1)  # line by line: a cut run keeps its log
 
-            def on_line(
-                line: str, t0: float = start, sink: list[tuple[float, str]] = timed, log: Any = timed_log
-            ) -> None:
-                sink.append((time.perf_counter() - t0, line.rstrip()))
-                log.write(f"{sink[-1][0]:9.3f} {sink[-1][1]}\n")
+    def run_one(name: str, seed: int, gate: Path | None = None, on_start: Any = None) -> dict[str, Any]:
+        """One run to its record; with ``gate``, held before its first step until the file exists."""
+        config, extra = known[name]
+        env = {
+            ENV_PRELOAD: args.preload,
+            ENV_POLL: str(args.poll_interval),
+        }
+        if gate is not None:
+            extra = gated_overrides(config, extra)
+            env |= gate_env(gate)
+        ray_tmp = tempfile.mkdtemp(prefix="lcray", dir="/tmp")
+        run_dir = work / f"{name}_s{seed}"
+        run_dir.mkdir(parents=True)
+        dora_trace, workload_trace = run_dir / "dora_trace.jsonl", run_dir / "workload.jsonl"
+        env |= {"LONGCAT_DORA_TRACE": str(dora_trace), ENV_TRACE: str(workload_trace)}
+        start = time.perf_counter()
+        timed: list[tuple[float, str]] = []
+        with (run_dir / "timed.log").open("w", buffering=1) as timed_log:  # line by line: a cut run keeps its log
+
+            def on_line(line: str) -> None:
+                timed.append((time.perf_counter() - start, line.rstrip()))
+                timed_log.write(f"{timed[-1][0]:9.3f} {timed[-1][1]}\n")
 
             result = run_training(
                 configs_dir() / f"{config}.yaml",
@@ -434,47 +491,60 @@ def main() -> None:
                     *args.set,
                 ],
                 run_dir,
-                env={
-                    "LONGCAT_DORA_TRACE": str(dora_trace),
-                    ENV_TRACE: str(workload_trace),
-                    ENV_PRELOAD: args.preload,
-                    ENV_POLL: str(args.poll_interval),
-                },
+                env=env,
                 on_line=on_line,
+                on_start=on_start,
             )
-            elapsed = time.perf_counter() - start
-            timed_log.close()
-            if result.returncode != 0 or len(result.steps) != args.steps:
-                raise SystemExit(f"{name} (seed {seed}) failed (exit {result.returncode}); see {result.log}")
-            generated = [int(r["len"]) for r in read_jsonl(workload_trace)]
-            if name == "sync":  # verl's sync trainer trains exactly the samples it generated
-                trained = generated
-            else:
-                trained = [n for r in read_jsonl(dora_trace) for n in r.get("trained_lengths", [])]
-            if len(trained) != SAMPLES_PER_STEP * args.steps:
-                raise SystemExit(
-                    f"{name} (seed {seed}): {len(trained)} trained lengths recorded for "
-                    f"{SAMPLES_PER_STEP * args.steps} trained samples; see {run_dir}"
-                )
-            record = {"device": args.device, "seed": seed} | summarise(name, result.steps, elapsed, trained, generated)
-            record["startup"] = startup_phases(timed, result.steps) | {"ray_preload": args.preload}
-            record["poll_interval_s"] = args.poll_interval
-            if args.tag or args.set:  # a variant: compared with the sync run of the same tag
-                record |= {"run": name + args.tag, "tag": args.tag, "overrides": list(args.set)}
-            results.append(record)
-            print(json.dumps(record), flush=True)
-            # written after every run: a run cut short (a lent GPU's time runs out) keeps the ones before it
-            merged = merge_records(previous, results)
-            summary = compare(merged)
-            report = {
-                "workload": workload,
-                "cpu_count": os.cpu_count(),
-                "summary_vs_sync": summary,
-                "results": merged,
-            }
-            tmp = target.with_suffix(".tmp")
-            tmp.write_text(json.dumps(stamp(report, origin, kept), indent=2))
-            os.replace(tmp, target)
+        elapsed = time.perf_counter() - start
+        if result.returncode != 0 or len(result.steps) != args.steps:
+            raise SystemExit(f"{name} (seed {seed}) failed (exit {result.returncode}); see {result.log}")
+        generated = [int(r["len"]) for r in read_jsonl(workload_trace)]
+        if name == "sync":  # verl's sync trainer trains exactly the samples it generated
+            trained = generated
+        else:
+            trained = [n for r in read_jsonl(dora_trace) for n in r.get("trained_lengths", [])]
+        if len(trained) != SAMPLES_PER_STEP * args.steps:
+            raise SystemExit(
+                f"{name} (seed {seed}): {len(trained)} trained lengths recorded for "
+                f"{SAMPLES_PER_STEP * args.steps} trained samples; see {run_dir}"
+            )
+        startup = startup_phases(timed, result.steps) | {"ray_preload": args.preload}
+        if gate is not None and "gate_wait_s" not in startup:
+            raise SystemExit(f"{name} (seed {seed}): no start-gate line in its output; see {run_dir / 'timed.log'}")
+        held = startup.get("gate_wait_s", 0.0)  # waiting for its turn is not this run's time
+        record = {"device": args.device, "seed": seed} | summarise(
+            name, result.steps, elapsed - held, trained, generated
+        )
+        record["startup"] = startup
+        record["poll_interval_s"] = args.poll_interval
+        if args.tag or args.set:  # a variant: compared with the sync run of the same tag
+            record |= {"run": name + args.tag, "tag": args.tag, "overrides": list(args.set)}
+        return record
+
+    def save(record: dict[str, Any]) -> dict[str, Any]:
+        """Add ``record`` and rewrite the results file: a run cut short (a lent GPU's time runs
+        out) keeps the ones before it."""
+        results.append(record)
+        print(json.dumps(record), flush=True)
+        merged = merge_records(previous, results)
+        summary = compare(merged)
+        report = {"workload": workload, "cpu_count": os.cpu_count(), "summary_vs_sync": summary, "results": merged}
+        tmp = target.with_suffix(".tmp")
+        tmp.write_text(json.dumps(stamp(report, origin, kept), indent=2))
+        os.replace(tmp, target)
+        return summary
+
+    plan = [(name, seed) for seed in seeds for name in order]
+    if args.overlap == 1:  # one after another, as verl runs them
+        for name, seed in plan:
+            summary = save(run_one(name, seed))
+    else:
+        jobs = [
+            (f"{name} (seed {seed})", lambda gate, on_start, n=name, s=seed: run_one(n, s, gate, on_start))
+            for name, seed in plan
+        ]
+        for _, record, overlap in pipelined(jobs, args.overlap, work / "gates"):
+            summary = save(record | {"overlap": overlap})
 
     plot(summary, args.out / f"{args.name}.png")
     for name, row in summary.items():

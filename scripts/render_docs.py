@@ -984,6 +984,47 @@ def dora_startup_ab(d: dict[str, Any]) -> list[str]:
     return table(" | ".join(["run", *keys.values(), "before step 1", "per seed"]), cells)
 
 
+def dora_overlap(d: dict[str, Any]) -> list[str]:
+    """The same runs one after another and overlapped (``bench_dora_cpu.py --overlap``), per
+    seed: each run's speed against itself one after another, its start-up, the time it was held
+    for its turn and the runs alive beside it; the last row of each mode is its wall clock."""
+    plain = {(r["device"], r["seed"], r["run"]): r for r in d["results"] if "overlap" not in r}
+    rows: list[tuple[object, ...]] = []
+    for r in sorted(d["results"], key=lambda r: ("overlap" in r, r["seed"], r["run"] != "sync" + r.get("tag", ""))):
+        ov = r.get("overlap")
+        ref = plain.get((r["device"], r["seed"], r["run"].removesuffix(r.get("tag", "")))) if ov else None
+        speed = f"{r['tokens_per_s']:.0f}"
+        if ref is not None:
+            speed += f" ({r['tokens_per_s'] / ref['tokens_per_s']:.2f}x)"
+        rows.append(
+            (
+                f"`{r['run']}` ({r['device']}, {r['seed']})",
+                f"{ov['depth']} at once" if ov else "one after another",
+                speed,
+                f"{r['trained_len_mean']:.1f}",
+                f"{r['startup']['startup_s']:.1f}",
+                f"{r['startup']['gate_wait_s']:.1f}" if ov else "-",
+                ", ".join(ov["others_alive"]) or "none" if ov else "-",
+            )
+        )
+    for mode, records in (
+        ("one after another", [r for r in d["results"] if "overlap" not in r]),
+        ("overlapped", [r for r in d["results"] if "overlap" in r]),
+    ):
+        if not records:
+            continue
+        if mode == "overlapped":  # first launch to last end, as the bench timed them
+            wall = max(r["overlap"]["finished_s"] for r in records) - min(r["overlap"]["started_s"] for r in records)
+        else:  # each run's whole process, back to back
+            wall = sum(r["process_s"] for r in records)
+        rows.append((f"**all {len(records)} runs, {mode}**", "", "", "", "", "", f"**{wall:.1f} s of wall**"))
+    return table(
+        "run (device, seed) | runs at once | trained tokens/s (vs the same run one after another) | mean trained"
+        " length | before step 1 (s) | held for its turn (s) | alive beside it",
+        rows,
+    )
+
+
 def tool_families(d: dict[str, Any]) -> list[str]:
     """Per first-tool family of the held-out tasks: greedy successes and sampled success rate,
     warm start -> trained (``bench_tool_families.py``)."""
@@ -1020,6 +1061,7 @@ TABLES: dict[str, tuple[str, Renderer]] = {
     "dora_cuda": ("bench/results/dora_cpu.json", dora_cuda),
     "dora_startup": ("bench/results/dora_cpu.json", dora_startup),
     "dora_startup_ab": ("bench/results/dora_startup_cpu.json", dora_startup_ab),
+    "dora_overlap": ("bench/results/dora_overlap_cpu.json", dora_overlap),
     "tool_families": ("bench/results/tool_families.json", tool_families),
     "self_verification": ("bench/results/archive/self_verification.json", self_verification),
     "data_runs": ("bench/results/archive/data.json", data_runs),

@@ -17,6 +17,7 @@ import textwrap
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
+from types import ModuleType
 from typing import Any
 
 import pytest
@@ -30,6 +31,15 @@ pytest_plugins = ["env_agent_helpers", "sched_helpers"]
 
 REPO = Path(__file__).resolve().parents[1]
 EXAMPLE = REPO / "examples" / "longcat-example-plugin"
+
+
+def bench_module(name: str) -> ModuleType:
+    """``bench/<name>.py`` imported as the bench imports it (its folder first on the path)."""
+    sys.path.insert(0, str(REPO / "bench"))
+    try:
+        return importlib.import_module(name)
+    finally:
+        sys.path.remove(str(REPO / "bench"))
 
 
 def make_dist(

@@ -3,22 +3,8 @@ GPU docs quote come from these two pieces of bench code."""
 
 from __future__ import annotations
 
-import importlib
-import sys
-from pathlib import Path
-from types import ModuleType
-
 import pytest
-
-REPO = Path(__file__).resolve().parents[1]
-
-
-def bench_module(name: str) -> ModuleType:
-    sys.path.insert(0, str(REPO / "bench"))
-    try:
-        return importlib.import_module(name)
-    finally:
-        sys.path.remove(str(REPO / "bench"))
+from conftest import bench_module
 
 
 def test_startup_phases_split_the_time_before_step_one_at_verls_milestones() -> None:

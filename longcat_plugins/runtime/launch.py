@@ -161,8 +161,10 @@ def run_training(
     run_dir: Path,
     on_line: Callable[[str], None] | None = None,
     env: dict[str, str] | None = None,
+    on_start: Callable[[subprocess.Popen[str]], None] | None = None,
 ) -> RunResult:
-    """Run one training job to completion; ``on_line`` sees every output line."""
+    """Run one training job to completion; ``on_line`` sees every output line, ``on_start`` the
+    child process as soon as it exists (a caller that runs several at once can stop it)."""
     run_dir.mkdir(parents=True, exist_ok=True)
     log, metrics = run_dir / "train.log", run_dir / "metrics.jsonl"
     checkpoints = Path(
@@ -185,6 +187,8 @@ def run_training(
         # mean what they mean in the user's shell; everything we place goes under run_dir
         proc = subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, env=child_env)
         assert proc.stdout is not None
+        if on_start is not None:
+            on_start(proc)
         for line in proc.stdout:
             sink.write(line)
             if on_line is not None:

@@ -1,0 +1,77 @@
+"""Hold a run before its first step until a file exists (``LONGCAT_START_GATE``).
+
+A lent GPU is lent for minutes, and each verl run on it spends about two of them starting
+(processes, imports, CUDA, the replicas) before steps of a few seconds: run one after another,
+three runs fit a session. A bench that starts the next runs while one trains, and lets each
+train only when its turn comes, spends the start-ups side by side and still times every run's
+steps with no other run training.
+
+The gate is the agent-loop manager: verl's ``main_ppo`` creates it after ``trainer.init()``
+returns and hands it to ``fit`` straight after. These subclasses wait for the file before
+verl's ``create`` (so a ``sync`` run still starts its agent-loop workers inside step 1, as it
+does ungated), and print when they started and stopped waiting, which the bench subtracts from
+the run's start-up. Without the variable they are verl's manager and ours, unchanged. The
+``dora`` trainer's early creation (:meth:`PrestartedAgentLoopManager.prestart`) is not gated:
+only the call that precedes ``fit`` waits.
+"""
+
+from __future__ import annotations
+
+import os
+import time
+from typing import Any
+
+from verl.trainer.ppo.v1 import AgentLoopManagerTQ
+
+from longcat_plugins.schedulers.prestart import PrestartedAgentLoopManager
+
+#: the file whose existence lets the run train (unset: no gate)
+ENV_GATE = "LONGCAT_START_GATE"
+#: seconds between checks for the file
+POLL_S = 0.05
+
+
+def wait_for_gate(path: str | None = None) -> float | None:
+    """Block until ``path`` (default: ``$LONGCAT_START_GATE``) exists; the seconds waited, or
+    None when there is no gate."""
+    path = path if path is not None else os.environ.get(ENV_GATE) or None
+    if path is None:
+        return None
+    print(f"longcat start gate: waiting for {path}", flush=True)
+    started = time.perf_counter()
+    while not os.path.exists(path):
+        time.sleep(POLL_S)
+    waited = time.perf_counter() - started
+    print(f"longcat start gate: open after {waited:.3f} s", flush=True)
+    return waited
+
+
+class GatedAgentLoopManager(AgentLoopManagerTQ):
+    """verl's v1 agent-loop manager, created once the start gate is open."""
+
+    @classmethod
+    def create(cls, *args: Any, **kwargs: Any) -> Any:
+        wait_for_gate()
+        return super().create(*args, **kwargs)
+
+
+class GatedPrestartedAgentLoopManager(PrestartedAgentLoopManager):
+    """:class:`PrestartedAgentLoopManager` (the ``dora`` recipes' manager) behind the start gate."""
+
+    @classmethod
+    def create(cls, *args: Any, **kwargs: Any) -> Any:
+        wait_for_gate()
+        return super().create(*args, **kwargs)
+
+
+#: the gated twin of each manager a recipe may name (None: verl's default manager)
+GATED = {
+    None: f"{GatedAgentLoopManager.__module__}.{GatedAgentLoopManager.__qualname__}",
+    f"{AgentLoopManagerTQ.__module__}.{AgentLoopManagerTQ.__qualname__}": (
+        f"{GatedAgentLoopManager.__module__}.{GatedAgentLoopManager.__qualname__}"
+    ),
+    "verl.trainer.ppo.v1.AgentLoopManagerTQ": f"{GatedAgentLoopManager.__module__}.{GatedAgentLoopManager.__qualname__}",
+    f"{PrestartedAgentLoopManager.__module__}.{PrestartedAgentLoopManager.__qualname__}": (
+        f"{GatedPrestartedAgentLoopManager.__module__}.{GatedPrestartedAgentLoopManager.__qualname__}"
+    ),
+}
