@@ -46,14 +46,15 @@ Every run polls verl's v1 replay buffer every ``--poll-interval`` seconds (50 ms
 runtime's; verl's own 2 s rounds each step's generation wait of a tiny model up to 2 s, which is
 what the GPU records before ``poll_interval_s`` measured). ``--only`` runs in the order given. Each run's start-up is broken down into phases
 (``"startup"``, from when verl's milestone lines arrived; ``timed.log`` in each run folder).
-``--overlap N`` keeps up to N runs alive at once (``bench/overlap.py``): the next runs start up
-while one trains, each held before its first step until the runs before it have finished (the
-start gate of ``schedulers/start_gate.py``, which the bench names as the run's agent-loop
-manager): no two runs train at once, and the start-ups (about two minutes a run on the lent H100,
-against 20-60 s of steps) are spent side by side instead of one after another. The
-time a run was held is left out of its start-up and process time (``startup.gate_wait_s``), and
-its record says which runs were alive beside it (``overlap.others_alive``): their start-ups share
-the host's cores with its training.
+``--overlap N`` starts the runs N at a time (``bench/overlap.py``): each is held before its first
+step (the start gate of ``schedulers/start_gate.py``, which the bench names as the run's
+agent-loop manager) until every run of its batch is up and the runs before it have ended, so
+the start-ups (about two minutes a run on the lent H100, against 20-60 s of steps) are spent side
+by side, no two runs train at once and no run trains while another starts up. The time a run
+was held is left out of its start-up and process time (``startup.gate_wait_s``), and its record
+says which runs were alive (idle at their gates) beside it and when it started, was up, was let
+train and ended (``overlap``). A run that fails is reported and the others go on; the bench then
+exits non-zero, naming every failure.
 Results: ``<out>/<name>.json`` (with its provenance) and ``<out>/<name>.png``; ``--name`` defaults to
 ``dora_cpu`` (a separate study, like the start-up A/B ``dora_startup_cpu``, names its own).
 """
@@ -80,7 +81,7 @@ from longcat_plugins.runtime.launch import configs_dir, run_training
 from longcat_plugins.schedulers.workload import AGENT_NAME, ENV_TRACE, write_skewed_dataset
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from overlap import gate_env, pipelined  # noqa: E402
+from overlap import gate_env, in_batches  # noqa: E402
 from provenance import earlier, provenance, stamp  # noqa: E402
 from training_run import seed_overrides  # noqa: E402
 
@@ -535,16 +536,21 @@ def main() -> None:
         return summary
 
     plan = [(name, seed) for seed in seeds for name in order]
+    failed: list[str] = []
     if args.overlap == 1:  # one after another, as verl runs them
         for name, seed in plan:
             summary = save(run_one(name, seed))
-    else:
+    else:  # a failed run is reported and the others, already up, go on training
         jobs = [
             (f"{name} (seed {seed})", lambda gate, on_start, n=name, s=seed: run_one(n, s, gate, on_start))
             for name, seed in plan
         ]
-        for _, record, overlap in pipelined(jobs, args.overlap, work / "gates"):
-            summary = save(record | {"overlap": overlap})
+        for k, record, error, overlap in in_batches(jobs, args.overlap, work / "gates"):
+            if error is not None:
+                failed.append(f"{jobs[k][0]}: {error}")
+                print(f"error: {failed[-1]}", file=sys.stderr, flush=True)
+            else:
+                summary = save(record | {"overlap": overlap})
 
     plot(summary, args.out / f"{args.name}.png")
     for name, row in summary.items():
@@ -554,6 +560,8 @@ def main() -> None:
             f"trained length x{length['mean']:.2f} (min {length['min']:.2f}, max {length['max']:.2f})  seeds {row['seeds']}"
         )
     print(f"wrote {target} and {args.out / f'{args.name}.png'}")
+    if failed:
+        raise SystemExit(f"{len(failed)} of {len(plan)} runs failed:\n" + "\n".join(failed))
 
 
 if __name__ == "__main__":

@@ -1,15 +1,16 @@
-"""Start several training runs at once and let them train one at a time, in order.
+"""Start several training runs at once, then let them train one at a time, in order.
 
 verl spends about two minutes of a short GPU run starting (``schedulers/start_gate.py``); a
-lent GPU has fifteen. :func:`pipelined` keeps up to ``depth`` runs alive: each is launched with
-a start gate (a file path) and holds before its first step until the file exists, and the
-files are created one at a time, each when the run before it has finished. So the next runs
-start up while one trains, and no two runs ever train at once.
+lent GPU has fifteen. :func:`in_batches` launches ``depth`` runs together, each with a start gate
+(a file path) that holds it before its first step. Once every run of the batch is waiting at its
+gate (or has ended), the gates are opened one at a time, in order, each when the run before it
+has ended; the next batch is launched when the last run of this one has ended. So the start-ups
+are spent side by side, no two runs train at once, and no run trains while another starts up:
+beside a training run there are only runs idle at their gates.
 
-Runs are reported in order: a run that failed while it started up (or was not held by its gate)
-stops the bench when its turn comes, so the run training before it finishes first. Whatever
-stops the bench (such a failure, ``SIGTERM`` from ``timeout``, Ctrl-C) stops every run's process
-tree.
+A run that fails (while starting or training) does not stop the others: it is reported in its
+place, with its error, and the caller decides. Whatever stops the bench (an error, ``SIGTERM``
+from ``timeout``, Ctrl-C) stops every run's process tree.
 """
 
 from __future__ import annotations
@@ -38,10 +39,16 @@ class _Slot:
     thread: threading.Thread | None = None
     procs: list[subprocess.Popen[str]] = field(default_factory=list)
     started: float | None = None
+    ready: float | None = None
     opened: float | None = None
     finished: float | None = None
     result: Any = None
     error: BaseException | None = None
+
+    @property
+    def waiting(self) -> bool:
+        """At its gate: the gate wrote its ``.waiting`` marker (``schedulers/start_gate.py``)."""
+        return self.gate.with_name(self.gate.name + ".waiting").exists()
 
 
 def stop_tree(procs: Sequence[subprocess.Popen[str]], grace_s: float = 10.0) -> None:
@@ -63,16 +70,18 @@ def stop_tree(procs: Sequence[subprocess.Popen[str]], grace_s: float = 10.0) -> 
             victim.kill()
 
 
-def pipelined(
+def in_batches(
     jobs: Sequence[tuple[str, JobFn]], depth: int, gate_dir: Path, poll_s: float = 0.2
-) -> Iterator[tuple[int, Any, dict[str, Any]]]:
-    """Run ``jobs`` (label, fn) with up to ``depth`` alive; yield (index, result, overlap) in job
-    order as each finishes. ``overlap`` says which other runs were alive while it trained, and
-    when (seconds since the first launch) it started, was let train and ended."""
+) -> Iterator[tuple[int, Any, BaseException | None, dict[str, Any]]]:
+    """Run ``jobs`` (label, fn) in batches of ``depth``; yield (index, result, error, overlap) in
+    job order as each ends. ``overlap`` holds the batch, the runs alive while it trained (all idle
+    at their gates) and when, in seconds since the first launch, it started, reached its gate,
+    was let train and ended. A run that ended before it was let train gets an error saying so."""
     if depth < 1:
         raise ValueError(f"depth must be at least 1, got {depth}")
     gate_dir.mkdir(parents=True, exist_ok=True)
     slots = [_Slot(label, gate_dir / f"gate_{k}") for k, (label, _) in enumerate(jobs)]
+    t0 = time.perf_counter()
 
     def launch(k: int) -> None:
         slot, fn = slots[k], jobs[k][1]
@@ -80,7 +89,7 @@ def pipelined(
         def body() -> None:
             try:
                 slot.result = fn(slot.gate, slot.procs.append)
-            except BaseException as exc:  # noqa: BLE001 - handed to the main thread, which raises it
+            except BaseException as exc:  # noqa: BLE001 - handed to the caller with the run's record
                 slot.error = exc
             finally:
                 slot.finished = time.perf_counter()
@@ -89,39 +98,52 @@ def pipelined(
         slot.thread = threading.Thread(target=body, name=f"run-{slot.label}", daemon=True)
         slot.thread.start()
 
-    def alive(k: int) -> list[str]:
-        return [s.label for j, s in enumerate(slots) if j != k and s.started is not None and s.finished is None]
+    def wait_until_up(batch: range) -> None:
+        """Until every run of ``batch`` waits at its gate or has ended."""
+        while True:
+            for k in batch:
+                slot = slots[k]
+                if slot.ready is None and slot.waiting:
+                    slot.ready = time.perf_counter()
+            if all(slots[k].ready is not None or slots[k].finished is not None for k in batch):
+                return
+            time.sleep(poll_s)
+
+    def report(k: int, beside: set[str], batch: int) -> tuple[int, Any, BaseException | None, dict[str, Any]]:
+        slot = slots[k]
+        error = slot.error
+        if error is None and (slot.opened is None or slot.ready is None):
+            error = SystemExit(f"{slot.label} ended before its start gate was opened: the gate did not hold it")
+        times = {
+            "started_s": slot.started,
+            "ready_s": slot.ready,
+            "gate_opened_s": slot.opened,
+            "finished_s": slot.finished,
+        }
+        when = {key: round(t - t0, 3) for key, t in times.items() if t is not None}
+        return k, slot.result, error, {"depth": depth, "batch": batch, "others_alive": sorted(beside), **when}
 
     previous = signal.getsignal(signal.SIGTERM)
     in_main = threading.current_thread() is threading.main_thread()
     if in_main:  # `timeout` sends SIGTERM: leave through the cleanup below
         signal.signal(signal.SIGTERM, _exit_on_sigterm)
-    launched = 0
-    t0 = time.perf_counter()
     try:
-        while launched < min(depth, len(slots)):
-            launch(launched)
-            launched += 1
-        for k, slot in enumerate(slots):
-            ended_early = slot.finished is not None
-            slot.gate.touch()
-            slot.opened = time.perf_counter()
-            seen = set(alive(k))
-            assert slot.thread is not None
-            while slot.thread.is_alive():
-                slot.thread.join(poll_s)
-                seen |= set(alive(k))
-            if slot.error is not None:  # a failure while it started up or trained stops the bench here
-                raise slot.error
-            if ended_early:
-                raise SystemExit(f"{slot.label} finished before its start gate was opened: the gate did not hold it")
-            times = {"started_s": slot.started, "gate_opened_s": slot.opened, "finished_s": slot.finished}
-            # seconds since the first launch: when it started, was let train, and ended
-            when = {key: round(t - t0, 3) for key, t in times.items() if t is not None}
-            yield k, slot.result, {"depth": depth, "others_alive": sorted(seen), **when}
-            if launched < len(slots):
-                launch(launched)
-                launched += 1
+        for first in range(0, len(slots), depth):
+            batch = range(first, min(first + depth, len(slots)))
+            for k in batch:
+                launch(k)
+            wait_until_up(batch)
+            for k in batch:
+                slot = slots[k]
+                beside: set[str] = set()
+                if slot.finished is None:  # up and held: let it train
+                    slot.gate.touch()
+                    slot.opened = time.perf_counter()
+                    assert slot.thread is not None
+                    while slot.thread.is_alive():
+                        beside |= {slots[j].label for j in batch if j != k and slots[j].finished is None}
+                        slot.thread.join(poll_s)
+                yield report(k, beside, first // depth)
     finally:
         stop_tree([p for s in slots for p in s.procs])
         if in_main:

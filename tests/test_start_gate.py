@@ -104,19 +104,21 @@ def test_startup_leaves_out_the_time_a_run_was_held() -> None:
 
 
 class _FakeRun:
-    """A run with a start-up and a training phase, honouring its gate like the real ones."""
+    """A run with a start-up and a training phase, held by the real start gate."""
 
     def __init__(self, log: list[tuple[str, str, float]], label: str, startup_s: float, train_s: float) -> None:
         self.log, self.label, self.startup_s, self.train_s = log, label, startup_s, train_s
 
     def __call__(self, gate: Path, on_start: Any) -> str:
+        from longcat_plugins.schedulers.start_gate import wait_for_gate
+
         proc = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)"], text=True)
         on_start(proc)
         try:
             self.log.append((self.label, "start", time.perf_counter()))
             time.sleep(self.startup_s)
-            while not gate.exists():
-                time.sleep(0.01)
+            self.log.append((self.label, "up", time.perf_counter()))
+            wait_for_gate(str(gate))
             self.log.append((self.label, "train", time.perf_counter()))
             time.sleep(self.train_s)
             self.log.append((self.label, "done", time.perf_counter()))
@@ -126,28 +128,31 @@ class _FakeRun:
             proc.wait()
 
 
-def test_overlapped_runs_start_together_and_train_one_at_a_time_in_order(tmp_path: Path) -> None:
+def test_runs_start_up_together_and_train_one_at_a_time_with_nothing_starting_beside_them(tmp_path: Path) -> None:
     overlap = bench_module("overlap")
     log: list[tuple[str, str, float]] = []
     labels = ["a", "b", "c", "d"]
-    jobs = [(x, _FakeRun(log, x, startup_s=0.6, train_s=0.3)) for x in labels]
+    startup = {"a": 0.2, "b": 0.8, "c": 0.5, "d": 0.3}
+    jobs = [(x, _FakeRun(log, x, startup_s=startup[x], train_s=0.3)) for x in labels]
     started = time.perf_counter()
-    out = list(overlap.pipelined(jobs, depth=3, gate_dir=tmp_path / "gates", poll_s=0.01))
+    out = list(overlap.in_batches(jobs, depth=3, gate_dir=tmp_path / "gates", poll_s=0.01))
     wall = time.perf_counter() - started
-    assert [(k, r) for k, r, _ in out] == list(enumerate(labels))
+    assert [(k, r, e) for k, r, e, _ in out] == [(k, x, None) for k, x in enumerate(labels)]
     at = {(x, what): t for x, what, t in log}
     for prev, nxt in zip(labels, labels[1:], strict=False):  # no two trainings overlap, in order
         assert at[(nxt, "train")] >= at[(prev, "done")]
-    assert at[("b", "start")] < at[("a", "done")] and at[("c", "start")] < at[("a", "done")]  # started beside a
-    assert at[("d", "start")] >= at[("a", "done")]  # depth 3: d waits for a slot
-    assert wall < 4 * (0.6 + 0.3) - 0.5  # the start-ups overlapped
-    first = out[0][2]
-    assert {k: first[k] for k in ("depth", "others_alive")} == {"depth": 3, "others_alive": ["b", "c"]}
-    for (_, _, a), (_, _, b) in zip(out, out[1:], strict=False):
-        assert b["gate_opened_s"] >= a["finished_s"] >= a["gate_opened_s"] >= a["started_s"]
+    for x in "abc":  # one batch: started together, and every run was up before the first trained
+        assert at[(x, "start")] < at[("a", "train")] and at[(x, "up")] <= at[("a", "train")]
+    assert at[("d", "start")] >= at[("c", "done")]  # the next batch starts when this one has ended
+    assert wall < sum(startup.values()) + 4 * 0.3  # the start-ups were spent side by side
+    info = [o for *_, o in out]
+    assert [o["batch"] for o in info] == [0, 0, 0, 1]
+    assert info[0]["others_alive"] == ["b", "c"] and info[2]["others_alive"] == [] and info[3]["others_alive"] == []
+    for o in info:
+        assert o["started_s"] <= o["ready_s"] <= o["gate_opened_s"] <= o["finished_s"]
 
 
-def test_a_run_that_fails_while_starting_stops_the_bench_at_its_turn(tmp_path: Path) -> None:
+def test_a_run_that_fails_while_starting_is_reported_and_the_others_train(tmp_path: Path) -> None:
     overlap = bench_module("overlap")
     log: list[tuple[str, str, float]] = []
     procs: list[subprocess.Popen[str]] = []
@@ -158,29 +163,28 @@ def test_a_run_that_fails_while_starting_stops_the_bench_at_its_turn(tmp_path: P
         on_start(proc)
         raise RuntimeError("b failed while starting")
 
-    jobs = [("a", _FakeRun(log, "a", 0.2, 0.5)), ("b", broken), ("c", _FakeRun(log, "c", 5.0, 0.1))]
-    got = []
-    with pytest.raises(RuntimeError, match="b failed while starting"):
-        for _, result, _ in overlap.pipelined(jobs, depth=3, gate_dir=tmp_path / "gates", poll_s=0.01):
-            got.append(result)
-    assert got == ["a"]  # the run before it trained to the end
-    assert ("c", "train") not in {(x, what) for x, what, _ in log}
+    jobs = [("a", _FakeRun(log, "a", 0.2, 0.2)), ("b", broken), ("c", _FakeRun(log, "c", 0.3, 0.1))]
+    out = list(overlap.in_batches(jobs, depth=3, gate_dir=tmp_path / "gates", poll_s=0.01))
+    assert [r for _, r, _, _ in out] == ["a", None, "c"]
+    assert isinstance(out[1][2], RuntimeError) and "b failed while starting" in str(out[1][2])
+    assert ("c", "done") in {(x, what) for x, what, _ in log}
     assert procs[0].poll() is not None  # the failed run's process tree was stopped
 
 
-def test_a_run_the_gate_did_not_hold_stops_the_bench(tmp_path: Path) -> None:
+def test_a_run_the_gate_did_not_hold_is_reported(tmp_path: Path) -> None:
     overlap = bench_module("overlap")
     log: list[tuple[str, str, float]] = []
-    jobs = [("a", _FakeRun(log, "a", 0.0, 0.5)), ("b", lambda gate, on_start: "b trained at once")]
-    with pytest.raises(SystemExit, match="b finished before its start gate was opened"):
-        list(overlap.pipelined(jobs, depth=2, gate_dir=tmp_path / "gates", poll_s=0.01))
+    jobs = [("a", _FakeRun(log, "a", 0.0, 0.1)), ("b", lambda gate, on_start: "b trained at once")]
+    out = list(overlap.in_batches(jobs, depth=2, gate_dir=tmp_path / "gates", poll_s=0.01))
+    assert out[0][2] is None
+    assert isinstance(out[1][2], SystemExit) and "b ended before its start gate was opened" in str(out[1][2])
 
 
 @pytest.mark.slow
 @pytest.mark.ray
-def test_the_bench_overlaps_two_real_runs_start_ups_and_trains_them_one_after_the_other(tmp_path: Path) -> None:
-    """Two real verl runs (sync, then dora) started together: the second is held at its gate while
-    the first trains, and each record leaves the time held out of its start-up."""
+def test_the_bench_starts_two_real_runs_together_and_trains_them_one_after_the_other(tmp_path: Path) -> None:
+    """Two real verl runs (sync, then dora) started together: each is held at its gate until both
+    are up, dora until sync has ended, and each record leaves the time held out of its start-up."""
     from conftest import REPO
 
     proc = subprocess.run(
@@ -191,9 +195,11 @@ def test_the_bench_overlaps_two_real_runs_start_ups_and_trains_them_one_after_th
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
     records = {r["run"]: r for r in json.loads((tmp_path / "overlap.json").read_text())["results"]}
     sync, dora = records["sync"], records["dora_1_window_w1"]
-    assert sync["overlap"]["others_alive"] == ["dora_1_window_w1 (seed 0)"]
-    assert dora["overlap"]["started_s"] < sync["overlap"]["finished_s"]  # it started up beside sync's run
-    assert dora["overlap"]["gate_opened_s"] >= sync["overlap"]["finished_s"]  # and trained after it
+    assert sync["overlap"]["others_alive"] == ["dora_1_window_w1 (seed 0)"]  # idle at its gate
+    # they started up together, both were up before sync trained, and dora trained after it
+    assert dora["overlap"]["started_s"] < sync["overlap"]["ready_s"]
+    assert dora["overlap"]["ready_s"] <= sync["overlap"]["gate_opened_s"]
+    assert dora["overlap"]["gate_opened_s"] >= sync["overlap"]["finished_s"]
     for r in (sync, dora):
         startup = r["startup"]
         assert startup["gate_wait_s"] >= 0

@@ -2,15 +2,16 @@
 
 A lent GPU is lent for minutes, and each verl run on it spends about two of them starting
 (processes, imports, CUDA, the replicas) before steps of a few seconds: run one after another,
-three runs fit a session. A bench that starts the next runs while one trains, and lets each
-train only when its turn comes, spends the start-ups side by side and still times every run's
-steps with no other run training.
+three runs fit a session. A bench that starts several runs at once and lets each train only when
+its turn comes spends the start-ups side by side and still times every run's steps with no
+other run training or starting.
 
 The gate is the agent-loop manager: verl's ``main_ppo`` creates it after ``trainer.init()``
 returns and hands it to ``fit`` straight after. These subclasses wait for the file before
 verl's ``create`` (so a ``sync`` run still starts its agent-loop workers inside step 1, as it
-does ungated), and print when they started and stopped waiting, which the bench subtracts from
-the run's start-up. Without the variable they are verl's manager and ours, unchanged. The
+does ungated), mark that the run is up (``<gate>.waiting``, so a bench can wait until every run
+it started is up) and print when they started and stopped waiting, which the bench subtracts
+from the run's start-up. Without the variable they are verl's manager and ours, unchanged. The
 ``dora`` trainer's early creation (:meth:`PrestartedAgentLoopManager.prestart`) is not gated:
 only the call that precedes ``fit`` waits.
 """
@@ -33,10 +34,12 @@ POLL_S = 0.05
 
 def wait_for_gate(path: str | None = None) -> float | None:
     """Block until ``path`` (default: ``$LONGCAT_START_GATE``) exists; the seconds waited, or
-    None when there is no gate."""
+    None when there is no gate. ``<path>.waiting`` is created first: the run is up and held."""
     path = path if path is not None else os.environ.get(ENV_GATE) or None
     if path is None:
         return None
+    with open(f"{path}.waiting", "w"):
+        pass
     print(f"longcat start gate: waiting for {path}", flush=True)
     started = time.perf_counter()
     while not os.path.exists(path):
