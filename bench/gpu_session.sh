@@ -16,6 +16,8 @@
 #   run before d90aeec kept verl's 2 s). Results are written after every run; what budget_s
 #   (default 540) cuts off is lost. If the bench fails before any run trained, the rest of the
 #   budget runs seed 0 of the same runs one after another (--overlap 1).
+# alone (a second call, when one fits): sync, seed 0, one after another, tagged _alone: the same
+#   run without eight others idle beside it, to measure what they cost on the GPU host.
 # dora_serial: the previous plan, one run after another, seed 0, with Ray's prestarted workers
 #   preloading verl (--preload 1): sync, dora_2_window_w1, dora_1_window_w1, dora_2_window, dora_1_window.
 # startup (issue 34, goal 3): 2 steps each of dora_1 (standalone replicas prestarted beside the
@@ -27,7 +29,7 @@
 # The packed site has no bytecode (device-pack installs with --no-compile); compile it first, as
 # a pip install does, so the first process of the first run does not pay for everyone.
 set -uo pipefail
-what=${1:?dora, dora_serial or startup}
+what=${1:?dora, alone, dora_serial or startup}
 budget=${2:-540}
 start=$SECONDS
 left() { echo $((budget - (SECONDS - start))); }
@@ -38,9 +40,10 @@ mkdir -p "$OUT" /tmp/work
 cp bench/results/dora_cpu.json bench/results/dora_startup_cpu.json "$OUT/"
 case "$what" in
   dora) args=(--steps 8 --seeds 0,1,2 --overlap 9 --only sync dora_1_window_w1 dora_2_window_w1) ;;
+  alone) args=(--steps 8 --seeds 0 --only sync --tag _alone) ;;
   dora_serial) args=(--steps 8 --seeds 0 --preload 1 --only sync dora_2_window_w1 dora_1_window_w1 dora_2_window dora_1_window) ;;
   startup) args=(--steps 2 --seeds 0 --preload 1 --name dora_startup_cpu --only dora_1 dora_1_serial sync) ;;
-  *) echo "unknown: $what (dora, dora_serial or startup)"; exit 2 ;;
+  *) echo "unknown: $what (dora, alone, dora_serial or startup)"; exit 2 ;;
 esac
 t=$SECONDS
 timeout -k 20 $(( $(left) - 25 )) python3 bench/bench_dora_cpu.py --device cuda "${args[@]}" \
