@@ -286,6 +286,8 @@ def summarise(
 
 #: the tag an earlier invocation's records move to when a new ``sync`` replaces their baseline
 PREVIOUS = "_prev_session"
+#: a moved session's tag: the group's own tag, then ``_prev_session`` and how many sessions back
+OLDER = re.compile(rf"(?P<base>.*){PREVIOUS}(?:_(?P<n>\d+))?")
 
 
 def _key(r: dict[str, Any]) -> tuple[str, str, str, int]:
@@ -297,8 +299,9 @@ def merge_records(earlier: list[dict[str, Any]], new: list[dict[str, Any]]) -> l
     the earlier one of its (device, tag, run, seed); an earlier record it does not replace is
     kept (a run planned but cut off loses nothing). When ``new`` holds the ``sync`` of a
     (device, tag, seed), the earlier records of that group (their sync and the runs re-run now
-    included) move to the tag ``<tag>_prev_session`` (replacing an older such group), so every
-    ratio stays against the sync of its own invocation and the earlier session stays whole."""
+    included) move to the tag ``<tag>_prev_session``, and the sessions before it one further back
+    (``<tag>_prev_session_2``, ``_3``, ...), so every ratio stays against the sync of its own
+    invocation and every earlier session stays whole."""
     replaced = {_key(r) for r in new}
     rebased = {
         (r.get("device", "cpu"), r.get("tag", ""), r["seed"]) for r in new if r["run"] == "sync" + r.get("tag", "")
@@ -314,8 +317,12 @@ def merge_records(earlier: list[dict[str, Any]], new: list[dict[str, Any]]) -> l
             moved.append(r | {"run": r["run"][: len(r["run"]) - len(tag)] + tag + PREVIOUS, "tag": tag + PREVIOUS})
         elif _key(r) not in replaced:
             kept.append(r)
-    superseded = {(r.get("device", "cpu"), r["tag"], r["seed"]) for r in moved}
-    kept = [r for r in kept if (r.get("device", "cpu"), r.get("tag", ""), r["seed"]) not in superseded]
+    for k, r in enumerate(kept):  # the sessions already moved back go one further
+        tag = r.get("tag", "")
+        m = OLDER.fullmatch(tag)
+        if m and (r.get("device", "cpu"), m["base"], r["seed"]) in rebased:
+            older = f"{m['base']}{PREVIOUS}_{int(m['n'] or 1) + 1}"
+            kept[k] = r | {"run": r["run"][: len(r["run"]) - len(tag)] + older, "tag": older}
     return kept + moved + new
 
 

@@ -6,18 +6,19 @@
 #   LONGCAT_PROVENANCE_COMMIT=<sent commit, full hash> LONGCAT_PROVENANCE_DIRTY=0|1 bash bench/gpu_session.sh dora [budget_s]
 #   LONGCAT_PROVENANCE_COMMIT=<sent commit> LONGCAT_PROVENANCE_DIRTY=0|1 bash bench/gpu_session.sh startup [budget_s]
 #
-# dora (issue 31, item 4): bench_dora_cpu.py --device cuda --steps 8 --seeds 0,1,2 --overlap 9:
+# dora (issue 31, item 4): bench_dora_cpu.py --device cuda --steps 8 --seeds 0,1 --overlap 6:
 #   sync, then the report's hold-back rule with one engine and two, one batch in flight beyond the
 #   trained one (dora_1_window_w1, dora_2_window_w1: no evictions on the CPU), trained seed by seed.
-#   All nine runs start up at once and each is held before its first step until all are up and
+#   All six runs start up at once and each is held before its first step until all are up and
 #   the runs before it have ended (bench/overlap.py): the start-ups are spent side by side and no
-#   run trains beside another run's training or start-up, so nine 8-step runs should fit where
-#   three did one after another. The replay buffer polls every 50 ms (the bench's default; every
-#   run before d90aeec kept verl's 2 s). Results are written after every run; what budget_s
-#   (default 540) cuts off is lost. If the bench fails before any run trained, the rest of the
-#   budget runs seed 0 of the same runs one after another (--overlap 1).
-# alone (a second call, when one fits): sync, seed 0, one after another, tagged _alone: the same
-#   run without eight others idle beside it, to measure what they cost on the GPU host.
+#   run trains beside another run's training or start-up, so two seeds should fit where one did.
+#   Then, with what is left (at least 170 s), `alone`: sync, seed 0, one after another, tagged
+#   _alone: the same run without five others idle beside it, which says what they cost on the
+#   GPU host. The replay buffer polls every 50 ms (the bench's default; every run before d90aeec
+#   kept verl's 2 s). Results are written after every run; what budget_s (default 540) cuts off
+#   is lost. If the overlapped bench fails before any run trained, the rest of the budget runs
+#   seed 0 one after another (--overlap 1) instead.
+# alone: only that reference run (a second call).
 # dora_serial: the previous plan, one run after another, seed 0, with Ray's prestarted workers
 #   preloading verl (--preload 1): sync, dora_2_window_w1, dora_1_window_w1, dora_2_window, dora_1_window.
 # startup (issue 34, goal 3): 2 steps each of dora_1 (standalone replicas prestarted beside the
@@ -39,7 +40,7 @@ t=$SECONDS; python3 -m compileall -q -j 16 /tmp/site >/dev/null 2>&1; echo "comp
 mkdir -p "$OUT" /tmp/work
 cp bench/results/dora_cpu.json bench/results/dora_startup_cpu.json "$OUT/"
 case "$what" in
-  dora) args=(--steps 8 --seeds 0,1,2 --overlap 9 --only sync dora_1_window_w1 dora_2_window_w1) ;;
+  dora) args=(--steps 8 --seeds 0,1 --overlap 6 --only sync dora_1_window_w1 dora_2_window_w1) ;;
   alone) args=(--steps 8 --seeds 0 --only sync --tag _alone) ;;
   dora_serial) args=(--steps 8 --seeds 0 --preload 1 --only sync dora_2_window_w1 dora_1_window_w1 dora_2_window dora_1_window) ;;
   startup) args=(--steps 2 --seeds 0 --preload 1 --name dora_startup_cpu --only dora_1 dora_1_serial sync) ;;
@@ -58,6 +59,11 @@ if [ "$what" = dora ] && [ "$rc" -ne 0 ] && [ "$rc" -ne 124 ] && ! grep -q '^{"d
   timeout -k 20 $(( $(left) - 25 )) python3 bench/bench_dora_cpu.py --device cuda --steps 8 --seeds 0 \
     --only sync dora_1_window_w1 dora_2_window_w1 --out "$OUT" --work /tmp/work >"$OUT/dora_fallback.log" 2>&1
   echo "dora fallback: rc=$? in $((SECONDS - t)) s"
+elif [ "$what" = dora ] && [ "$(left)" -gt 170 ]; then
+  t=$SECONDS
+  timeout -k 20 $(( $(left) - 25 )) python3 bench/bench_dora_cpu.py --device cuda --steps 8 --seeds 0 --only sync \
+    --tag _alone --out "$OUT" --work /tmp/work >"$OUT/dora_alone_ref.log" 2>&1
+  echo "alone: rc=$? in $((SECONDS - t)) s"
 fi
 cat "$OUT"/dora_*.log | grep -E '^\{"device"' | python3 -c '
 import json, sys

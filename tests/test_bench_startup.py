@@ -77,9 +77,20 @@ def test_a_cut_invocation_loses_no_record_and_ratios_keep_their_own_sessions_syn
     assert ("cuda", "dora_1") not in by_run, "an old dora_1 would be compared with the new sync"
     assert ("cpu", "sync") in by_run and ("cuda", "sync_x") in by_run, "other groups are untouched"
     assert len(merged) == 6
-    # a later session moves the group again: the older _prev_session records give way
+    # a later session moves the group again: the session before it goes one further back, whole
     again = bench.merge_records(merged, [rec("sync", tokens=40)])
     prev = sorted(r["tokens_per_s"] for r in again if r["tag"] == "_prev_session")
     assert prev == [20, 30], prev
+    older = {r["run"]: r["tokens_per_s"] for r in again if r["tag"] == "_prev_session_2"}
+    assert older == {"sync_prev_session_2": 10, "dora_1_prev_session_2": 14}, older
+    thrice = bench.merge_records(again, [rec("sync", tokens=50)])
+    assert sorted(r["tag"] for r in thrice if r["device"] == "cuda" and r["tag"].startswith("_prev")) == [
+        "_prev_session",
+        "_prev_session_2",
+        "_prev_session_2",
+        "_prev_session_3",
+        "_prev_session_3",
+    ]  # 40 alone; 20 and 30; 10 and 14
+    assert len(thrice) == len(again) + 1
     # without a new sync, earlier records stay where they are
     assert bench.merge_records(earlier, [rec("dora_1", tokens=15)])[-1]["tokens_per_s"] == 15
