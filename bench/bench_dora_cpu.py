@@ -416,8 +416,8 @@ def main() -> None:
         "--overlap",
         type=int,
         default=1,
-        help="runs alive at once: each next run starts up while one trains and is held before its first "
-        "step until the runs before it have finished (1: one after another)",
+        help="runs started at once: each batch of N starts up together, then its runs train one at a time, "
+        "in order, each held before its first step until its turn (1: one after another, ungated)",
     )
     args = parser.parse_args()
     if args.overlap < 1:
