@@ -49,32 +49,31 @@ def wait_for_gate(path: str | None = None) -> float | None:
     return waited
 
 
-class GatedAgentLoopManager(AgentLoopManagerTQ):
+class _Gated:
+    """Mixed in before a manager class: its ``create`` waits for the start gate first."""
+
+    @classmethod
+    def create(cls, *args: Any, **kwargs: Any) -> Any:
+        wait_for_gate()
+        return super().create(*args, **kwargs)  # type: ignore[misc]
+
+
+class GatedAgentLoopManager(_Gated, AgentLoopManagerTQ):
     """verl's v1 agent-loop manager, created once the start gate is open."""
 
-    @classmethod
-    def create(cls, *args: Any, **kwargs: Any) -> Any:
-        wait_for_gate()
-        return super().create(*args, **kwargs)
 
-
-class GatedPrestartedAgentLoopManager(PrestartedAgentLoopManager):
+class GatedPrestartedAgentLoopManager(_Gated, PrestartedAgentLoopManager):
     """:class:`PrestartedAgentLoopManager` (the ``dora`` recipes' manager) behind the start gate."""
 
-    @classmethod
-    def create(cls, *args: Any, **kwargs: Any) -> Any:
-        wait_for_gate()
-        return super().create(*args, **kwargs)
+
+def _fqn(cls: type) -> str:
+    return f"{cls.__module__}.{cls.__qualname__}"
 
 
 #: the gated twin of each manager a recipe may name (None: verl's default manager)
 GATED = {
-    None: f"{GatedAgentLoopManager.__module__}.{GatedAgentLoopManager.__qualname__}",
-    f"{AgentLoopManagerTQ.__module__}.{AgentLoopManagerTQ.__qualname__}": (
-        f"{GatedAgentLoopManager.__module__}.{GatedAgentLoopManager.__qualname__}"
-    ),
-    "verl.trainer.ppo.v1.AgentLoopManagerTQ": f"{GatedAgentLoopManager.__module__}.{GatedAgentLoopManager.__qualname__}",
-    f"{PrestartedAgentLoopManager.__module__}.{PrestartedAgentLoopManager.__qualname__}": (
-        f"{GatedPrestartedAgentLoopManager.__module__}.{GatedPrestartedAgentLoopManager.__qualname__}"
-    ),
+    None: _fqn(GatedAgentLoopManager),
+    _fqn(AgentLoopManagerTQ): _fqn(GatedAgentLoopManager),
+    "verl.trainer.ppo.v1.AgentLoopManagerTQ": _fqn(GatedAgentLoopManager),  # verl's re-export
+    _fqn(PrestartedAgentLoopManager): _fqn(GatedPrestartedAgentLoopManager),
 }
