@@ -94,7 +94,7 @@ def run_engine(engine: str, steps: int, cache: Path | None, work: Path, repeat: 
     line = next((ln for ln in output.splitlines() if ln.startswith(HELD_OUT)), None)
     if line is None:
         raise SystemExit(f"the {engine} demo printed no held-out line:\n{output[-3000:]}")
-    before, after = (float(x.rstrip("%")) / 100 for x in line[len(HELD_OUT) :].split(" -> "))
+    before, after = (round(float(x.rstrip("%")) / 100, 4) for x in line[len(HELD_OUT) :].split(" -> "))
     records = [json.loads(ln) for ln in (run_dir / "metrics.jsonl").read_text().splitlines() if ln.strip()]
     trained = [r["data"] for r in records if "timing_s/gen" in r["data"]]
     # verl's file logger flushes at the end, so start-up is what the steps and validations leave

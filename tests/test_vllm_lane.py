@@ -27,10 +27,10 @@ from longcat_plugins.learning.warmstart import WarmStart
 from longcat_plugins.runtime.launch import (
     FP32_TRAINING,
     RunResult,
-    heldout_accuracy,
     resolve_config,
     rollout_overrides,
     run_training,
+    val_accuracy,
 )
 
 pytestmark = [pytest.mark.vllm, pytest.mark.ray]
@@ -217,15 +217,29 @@ def test_dora_server_stops_a_request_and_continues_it_from_its_prefix_on_a_real_
 # -- recipes through main_ppo ----------------------------------------------------------------------
 
 
+#: the smallest held-out rise, in points, of the 12-step demo on vLLM (issue 30: it learns like
+#: the ``hf`` demo, whose test asks the same), measured on the mean of its last two validations
+#: (steps 9 and 12: 128 greedy answers, where one validation's 64 swing by up to 14 points between
+#: steps 6, 9 and 12 of one run). ``bench/bench_engines.py --repeats 4``
+#: (``bench/results/engines.json``): the vLLM runs rose +23.5 to +45.3 points after step 12, and
+#: +22.7 to +40.6 on this mean
+MIN_HELDOUT_RISE = 0.15
+
+
 @pytest.mark.slow
 def test_demo_learns_on_vllm_with_weights_synced_every_step(warm32: Assets, tmp_path: Path, ray_tmp: Path) -> None:
-    """The 12-step warm-start demo on verl's vLLM rollout: held-out exact match rises by 15
-    points or more, and every step generates on the weights just trained."""
+    """The 12-step warm-start demo on verl's vLLM rollout: every step generates on the weights
+    just trained, and held-out exact match rises by 15 points or more."""
     result = train_demo(warm32, tmp_path / "run", ray_tmp, 12)
-    before, after = heldout_accuracy(result.steps) or (math.nan, math.nan)
-    assert after - before >= 0.15, (before, after)
-    assert_weights_synced([s for s in result.steps if s["step"] >= 1])
     assert "vLLMHttpServer" in result.log.read_text()  # the engine really was vLLM
+    steps = sorted(result.steps, key=lambda s: s["step"])
+    # the sync first: an engine on other weights than the trainer's explains a run that did not learn
+    assert_weights_synced([s for s in steps if s["step"] >= 1])
+    curve = [(s["step"], acc) for s in steps if (acc := val_accuracy(s)) is not None]
+    reward = [(s["step"], round(s["critic/score/mean"], 3)) for s in steps if "critic/score/mean" in s]
+    assert [step for step, _ in curve] == [0, 3, 6, 9, 12], curve
+    before, after = curve[0][1], (curve[-2][1] + curve[-1][1]) / 2
+    assert after - before >= MIN_HELDOUT_RISE, f"held-out accuracy by step {curve}; training reward by step {reward}"
 
 
 #: a verl plugin (entry point group ``verl.plugins``, imported in every process, vLLM's workers
