@@ -218,7 +218,7 @@ def test_dora_server_stops_a_request_and_continues_it_from_its_prefix_on_a_real_
 
 
 #: the smallest held-out rise, in points, of the 12-step demo on vLLM (issue 30: it learns like
-#: the ``hf`` demo, whose test asks the same), measured on the mean of its last two validations
+#: the ``hf`` demo, whose test asks +15 after step 12), measured on the mean of its last two validations
 #: (steps 9 and 12: 128 greedy answers, where one validation's 64 swing by up to 14 points between
 #: steps 6, 9 and 12 of one run). ``bench/bench_engines.py --repeats 4``
 #: (``bench/results/engines.json``): the vLLM runs rose +23.5 to +45.3 points after step 12, and
