@@ -201,7 +201,7 @@ def engines_rise(d: dict[str, Any]) -> list[str]:
             (
                 names[engine],
                 s["runs"],
-                spread([r["acc_after"] - r["acc_before"] for r in d["runs"] if r["engine"] == engine]) + " points",
+                f"{points(s['final_min'])} / {points(s['final_median'])} / {points(s['final_max'])} points",
                 spread([last_two(r) for r in d["runs"] if r["engine"] == engine]) + " points",
                 f"{points(s['min_at_any_later_validation'])} points (step {s['min_from_step']} on)",
             )

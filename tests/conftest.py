@@ -23,7 +23,7 @@ from typing import Any
 import pytest
 
 from longcat_plugins.learning.assets import Assets, ensure_assets
-from longcat_plugins.runtime.launch import RunResult, resolve_config, run_training
+from longcat_plugins.runtime.launch import RunResult, resolve_config, run_training, val_accuracy
 
 #: shared fakes and fixtures: the agent-loop tests' environment and tokenizer (``env``,
 #: ``tokenizer``) and the DORA sampler tests' in-memory TransferQueue (``tq``)
@@ -40,6 +40,14 @@ def bench_module(name: str) -> ModuleType:
         return importlib.import_module(name)
     finally:
         sys.path.remove(str(REPO / "bench"))
+
+
+def learning_by_step(steps: list[dict[str, Any]]) -> str:
+    """A run's held-out accuracy and training reward by step (``read_metrics``' records), for a
+    learning test's failure message: a run that did not learn says where it stopped learning."""
+    held_out = [(s["step"], acc) for s in steps if (acc := val_accuracy(s)) is not None]
+    reward = [(s["step"], round(s["critic/score/mean"], 3)) for s in steps if "critic/score/mean" in s]
+    return f"held-out accuracy by step {held_out}; training reward by step {reward}"
 
 
 def make_dist(

@@ -10,7 +10,9 @@ import re
 from pathlib import Path
 
 import pytest
-from conftest import run_cli
+from conftest import learning_by_step, run_cli
+
+from longcat_plugins.runtime.launch import read_metrics
 
 pytestmark = [pytest.mark.slow, pytest.mark.ray]
 
@@ -55,23 +57,12 @@ def run_demo(args: list[str], warm_cache: Path, out: Path, ray_tmp: Path, timeou
     return float(match.group(1)), float(match.group(2))
 
 
-def by_step(run: Path) -> str:
-    """The run's held-out accuracy and training reward by step, for a failure's message: a run
-    that did not learn says where it stopped learning."""
-    from longcat_plugins.runtime.launch import val_accuracy
-
-    records = [json.loads(line) for line in (run / "metrics.jsonl").read_text().splitlines() if line.strip()]
-    held_out = [(r["step"], acc) for r in records if (acc := val_accuracy(r["data"])) is not None]
-    reward = [
-        (r["step"], round(r["data"]["critic/score/mean"], 3)) for r in records if "critic/score/mean" in r["data"]
-    ]
-    return f"held-out accuracy by step {held_out}; training reward by step {reward}"
-
-
 def test_demo_learns_from_the_warm_start(warm_cache: Path, tmp_path: Path, ray_tmp: Path) -> None:
     before, after = run_demo([], warm_cache, tmp_path / "run", ray_tmp, timeout=900)
     assert 10.0 <= before <= 60.0, f"the warm start is outside the 10-60% band: {before}%"
-    assert after - before >= MIN_HELDOUT_RISE, f"held-out accuracy {before}% -> {after}%; {by_step(tmp_path / 'run')}"
+    assert after - before >= MIN_HELDOUT_RISE, (
+        f"held-out accuracy {before}% -> {after}%; {learning_by_step(read_metrics(tmp_path / 'run' / 'metrics.jsonl'))}"
+    )
     scores = [
         record["data"]["critic/score/mean"]
         for record in map(json.loads, (tmp_path / "run" / "metrics.jsonl").read_text().splitlines())
@@ -91,7 +82,9 @@ def test_the_system_recipe_learns_with_every_component_acting(warm_cache: Path, 
     from longcat_plugins.evaluation.system import EVIDENCE, components_active
 
     before, after = run_demo(["--recipe", "longcat"], warm_cache, tmp_path / "run", ray_tmp, timeout=1500)
-    assert after - before >= MIN_HELDOUT_RISE, f"held-out accuracy {before}% -> {after}%; {by_step(tmp_path / 'run')}"
+    assert after - before >= MIN_HELDOUT_RISE, (
+        f"held-out accuracy {before}% -> {after}%; {learning_by_step(read_metrics(tmp_path / 'run' / 'metrics.jsonl'))}"
+    )
     steps = [
         record["data"] for record in map(json.loads, (tmp_path / "run" / "metrics.jsonl").read_text().splitlines())
     ]
