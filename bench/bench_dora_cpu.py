@@ -77,6 +77,7 @@ import numpy as np
 from longcat_plugins.learning.assets import ensure_assets
 from longcat_plugins.runtime.fast_start import ENV_PRELOAD
 from longcat_plugins.runtime.fixes import CPU_POLL_INTERVAL, ENV_POLL
+from longcat_plugins.runtime.in_driver import CHOICES, ENV_TASK_RUNNER
 from longcat_plugins.runtime.launch import configs_dir, run_training
 from longcat_plugins.schedulers.workload import AGENT_NAME, ENV_TRACE, write_skewed_dataset
 
@@ -162,7 +163,7 @@ def gated_overrides(config: str, extra: list[str]) -> list[str]:
 MILESTONES = {
     "driver_ready": re.compile(r"ray init kwargs:"),
     "ray_up": re.compile(r"Started a local Ray instance"),
-    "task_runner_up": re.compile(r"\(TaskRunner\w* pid="),
+    "task_runner_up": re.compile(r"\(TaskRunner\w* pid=|TaskRunner\w* runs in the driver process"),
     "worker_group_create": re.compile(r"create worker group"),
     "engines_ready": re.compile(r"actor and ref model engine initialized"),
     "ready_to_fit": re.compile(r"ready to fit"),
@@ -413,6 +414,12 @@ def main() -> None:
         help="LONGCAT_RAY_PRELOAD of every run: modules Ray's prestarted workers import ahead (1: verl's main_ppo)",
     )
     parser.add_argument(
+        "--task-runner",
+        choices=CHOICES,
+        default="driver",
+        help="LONGCAT_TASK_RUNNER of every run: verl's TaskRunner in the driver process (default) or its own actor",
+    )
+    parser.add_argument(
         "--overlap",
         type=int,
         default=1,
@@ -468,6 +475,7 @@ def main() -> None:
         env = {
             ENV_PRELOAD: args.preload,
             ENV_POLL: str(args.poll_interval),
+            ENV_TASK_RUNNER: args.task_runner,
         }
         if gate is not None:
             extra = gated_overrides(config, extra)
@@ -516,7 +524,7 @@ def main() -> None:
                 f"{name} (seed {seed}): {len(trained)} trained lengths recorded for "
                 f"{SAMPLES_PER_STEP * args.steps} trained samples; see {run_dir}"
             )
-        startup = startup_phases(timed, result.steps) | {"ray_preload": args.preload}
+        startup = startup_phases(timed, result.steps) | {"ray_preload": args.preload, "task_runner": args.task_runner}
         if gate is not None and "gate_wait_s" not in startup:
             raise SystemExit(f"{name} (seed {seed}): no start-gate line in its output; see {run_dir / 'timed.log'}")
         held = startup.get("gate_wait_s", 0.0)  # waiting for its turn is not this run's time

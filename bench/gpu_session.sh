@@ -24,13 +24,16 @@
 # startup (issue 34, goal 3): 2 steps each of dora_1 (standalone replicas prestarted beside the
 #   trainer's engines, the default), dora_1_serial (verl's serial order) and sync, with the preload,
 #   into dora_startup_cpu.json (--name; its CPU records kept): the prestart A/B on the GPU host.
+# taskrunner (issue 34, goal 3): 2 steps each of sync and dora_1 with verl's TaskRunner in its own
+#   actor (--task-runner actor, tagged _actor), then the same in the driver process (the default),
+#   into taskrunner_cpu.json (its CPU records kept): runtime/in_driver.py's A/B on the GPU host.
 # Both merge into a copy of the committed results file (other records kept; the second call's
 # copy is the first call's output when it is brought back in place) and bring the runs' timed logs
 # back ($OUT/timed_logs_<what>.tgz).
 # The packed site has no bytecode (device-pack installs with --no-compile); compile it first, as
 # a pip install does, so the first process of the first run does not pay for everyone.
 set -uo pipefail
-what=${1:?dora, alone, dora_serial or startup}
+what=${1:?dora, alone, dora_serial, startup or taskrunner}
 budget=${2:-540}
 start=$SECONDS
 left() { echo $((budget - (SECONDS - start))); }
@@ -38,13 +41,14 @@ left() { echo $((budget - (SECONDS - start))); }
 nvidia-smi --query-gpu=name,memory.used,memory.total --format=csv,noheader
 t=$SECONDS; python3 -m compileall -q -j 16 /tmp/site >/dev/null 2>&1; echo "compileall: $((SECONDS - t)) s"
 mkdir -p "$OUT" /tmp/work
-cp bench/results/dora_cpu.json bench/results/dora_startup_cpu.json "$OUT/"
+cp bench/results/dora_cpu.json bench/results/dora_startup_cpu.json bench/results/taskrunner_cpu.json "$OUT/"
 case "$what" in
   dora) args=(--steps 8 --seeds 0,1 --overlap 6 --only sync dora_1_window_w1 dora_2_window_w1) ;;
   alone) args=(--steps 8 --seeds 0 --only sync --tag _alone) ;;
   dora_serial) args=(--steps 8 --seeds 0 --preload 1 --only sync dora_2_window_w1 dora_1_window_w1 dora_2_window dora_1_window) ;;
   startup) args=(--steps 2 --seeds 0 --preload 1 --name dora_startup_cpu --only dora_1 dora_1_serial sync) ;;
-  *) echo "unknown: $what (dora, alone, dora_serial or startup)"; exit 2 ;;
+  taskrunner) args=(--steps 2 --seeds 0 --name taskrunner_cpu --task-runner actor --tag _actor --only sync dora_1) ;;
+  *) echo "unknown: $what (dora, alone, dora_serial, startup or taskrunner)"; exit 2 ;;
 esac
 t=$SECONDS
 timeout -k 20 $(( $(left) - 25 )) python3 bench/bench_dora_cpu.py --device cuda "${args[@]}" \
@@ -64,6 +68,11 @@ elif [ "$what" = dora ] && [ "$(left)" -gt 170 ]; then
   timeout -k 20 $(( $(left) - 25 )) python3 bench/bench_dora_cpu.py --device cuda --steps 8 --seeds 0 --only sync \
     --tag _alone --out "$OUT" --work /tmp/work >"$OUT/dora_alone_ref.log" 2>&1
   echo "alone: rc=$? in $((SECONDS - t)) s"
+elif [ "$what" = taskrunner ] && [ "$(left)" -gt 150 ]; then
+  t=$SECONDS
+  timeout -k 20 $(( $(left) - 25 )) python3 bench/bench_dora_cpu.py --device cuda --steps 2 --seeds 0 \
+    --name taskrunner_cpu --only sync dora_1 --out "$OUT" --work /tmp/work >"$OUT/dora_taskrunner_driver.log" 2>&1
+  echo "taskrunner in the driver: rc=$? in $((SECONDS - t)) s"
 fi
 cat "$OUT"/dora_*.log | grep -E '^\{"device"' | python3 -c '
 import json, sys
@@ -72,7 +81,7 @@ for line in sys.stdin:
     s = r.get("startup", {})
     print(r["run"], "tok/s %.0f" % (r["tokens_per_s"] or 0), "len %.1f" % (r["trained_len_mean"] or 0),
           "censored %.2f" % r["censored_share"], "process %.0f s" % r["process_s"], "startup", s.get("startup_s"),
-          "preload", s.get("ray_preload"), "held", s.get("gate_wait_s"), "beside", r.get("overlap", {}).get("others_alive"))
+          "preload", s.get("ray_preload"), "task runner", s.get("task_runner"), "held", s.get("gate_wait_s"), "beside", r.get("overlap", {}).get("others_alive"))
     print("   ", json.dumps(s.get("phases_s")))
 '
 tail -n 6 "$OUT/dora_$what.log"

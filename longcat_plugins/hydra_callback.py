@@ -73,11 +73,12 @@ class LongcatCallback(Callback):
         if OmegaConf.select(task_cfg, "trainer.device", default=None) == "cpu" and cpu_runtime_requested() is None:
             # asked for by config: every Ray worker this driver starts inherits the choice
             os.environ[ENV_RUNTIME] = "cpu"
-        from longcat_plugins.runtime import fast_start
+        from longcat_plugins.runtime import fast_start, in_driver
         from longcat_plugins.runtime.fixes import ENV_POLL, poll_interval_from_env
 
         try:  # the environment every Ray worker inherits: a bad value stops here, not in a worker
             fast_start.preload_modules(os.environ.get(fast_start.ENV_PRELOAD))
+            in_driver.task_runner_mode(os.environ.get(in_driver.ENV_TASK_RUNNER))
             poll_interval_from_env(os.environ.get(ENV_POLL))
         except ValueError as exc:
             print(f"longcat-plugins: {exc}", file=sys.stderr)
@@ -97,8 +98,10 @@ class LongcatCallback(Callback):
             # workers, and workers of a cluster this driver starts inherit its environment anyway
             install_runtime_env_hook()
         else:
-            # the cluster this driver starts: verl's env_vars travel through that environment too
+            # the cluster this driver starts: verl's env_vars travel through that environment too,
+            # and the TaskRunner can run in this process, which has imported verl already
             fast_start.install()
+            in_driver.install()
         set_host(host)
         from longcat_plugins.verl_bridge import bridge
 

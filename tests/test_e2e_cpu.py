@@ -42,6 +42,9 @@ def test_two_grpo_steps_v1(shared_cpu_run: SharedRun) -> None:
     """The v1 trainer: the suite's shared run (2 steps, v1, checkpoint at step 2)."""
     steps = [s for s in shared_cpu_run.result.steps if s["step"] > 0]  # step 0: validation before training
     assert_two_steps_with_fresh_weights(steps, shared_cpu_run.updates)
+    # verl's TaskRunner ran in the driver (runtime/in_driver.py): no actor process of its own
+    log = shared_cpu_run.result.log.read_text()
+    assert "TaskRunnerV1 runs in the driver process" in log and "(TaskRunnerV1 pid=" not in log
 
 
 @LEGACY_RUN_GROUP
@@ -49,13 +52,16 @@ def test_two_grpo_steps_legacy(legacy_cpu_run: tuple[RunResult, list[dict]]) -> 
     """The legacy trainer: the suite's legacy run (2 steps, ``longcat_gspo``)."""
     result, updates = legacy_cpu_run
     assert_two_steps_with_fresh_weights(result.steps, updates)
+    assert "TaskRunner runs in the driver process" in result.log.read_text()
 
 
 @SHARED_RUN_GROUP
 def test_resume_continues_from_the_saved_step(
-    shared_cpu_run: SharedRun, tiny_assets: Assets, tmp_path: Path, ray_tmp: Path
+    shared_cpu_run: SharedRun, tiny_assets: Assets, tmp_path: Path, ray_tmp: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    """Resume from the shared run's step-2 checkpoint, copied so the shared run stays as it was."""
+    """Resume from the shared run's step-2 checkpoint, copied so the shared run stays as it was;
+    with verl's TaskRunner in its own actor (``LONGCAT_TASK_RUNNER=actor``), as without our hook."""
+    monkeypatch.setenv("LONGCAT_TASK_RUNNER", "actor")
     ckpt = tmp_path / "ckpt"
     shutil.copytree(shared_cpu_run.result.checkpoints, ckpt)
     assert (ckpt / "latest_checkpointed_iteration.txt").read_text().strip() == "2"
@@ -70,5 +76,7 @@ def test_resume_continues_from_the_saved_step(
         *SHARED_RUN_OBJECTIVE,
     )
     assert [s["step"] for s in second.steps] == [3], "a resumed run trains only the steps after the checkpoint"
+    log = second.log.read_text()
+    assert "(TaskRunnerV1 pid=" in log and "runs in the driver process" not in log
     assert_learning_step(second.steps[0])
     assert updates[-1]["global_steps"] == 3

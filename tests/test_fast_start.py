@@ -25,6 +25,23 @@ def test_only_an_environment_only_runtime_env_travels_through_the_environment() 
     assert fast_start.environment_only({"env_vars": {"A": 1, "B": "x"}}) == {"A": "1", "B": "x"}
     assert fast_start.environment_only({"env_vars": {"A": "1"}, "pip": ["x"]}) is None
     assert fast_start.environment_only({"nsight": {}}) is None
+    # unset fields are no runtime_env of their own
+    assert fast_start.environment_only({"env_vars": {"A": "1"}, "working_dir": None, "py_executable": None}) == {
+        "A": "1"
+    }
+    assert fast_start.environment_only({"env_vars": {"A": "1"}, "working_dir": "."}) is None
+
+
+def test_verls_own_job_runtime_env_travels_through_the_environment() -> None:
+    """What verl's ``run_ppo`` hands ``ray.init`` (its defaults, ``working_dir: None`` included,
+    merged with a recipe's ``env_vars``) is env_vars only: until this was checked on verl's own
+    value, the ``working_dir: None`` it always adds kept every real run off the prestarted workers."""
+    from omegaconf import OmegaConf
+    from verl.trainer.constants_ppo import get_ppo_ray_runtime_env
+
+    merged = OmegaConf.merge(get_ppo_ray_runtime_env(), {"env_vars": {"LONGCAT_PROBE": "1"}})
+    env = fast_start.environment_only(OmegaConf.to_container(OmegaConf.create({"runtime_env": merged}))["runtime_env"])
+    assert env is not None and env["LONGCAT_PROBE"] == "1", env
 
 
 def test_joined_clusters_and_other_runtime_envs_reach_ray_init_unchanged(monkeypatch: pytest.MonkeyPatch) -> None:

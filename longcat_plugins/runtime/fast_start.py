@@ -56,12 +56,24 @@ def preload_modules(value: str | None) -> list[str]:
 
 def environment_only(runtime_env: Any) -> dict[str, str] | None:
     """The ``env_vars`` of a runtime_env that holds nothing else, as strings; ``None`` when it
-    holds anything else (a ``pip``, ``working_dir``, ``nsight``, ...) and must stay a runtime_env."""
+    holds anything else (a ``pip``, ``working_dir``, ``nsight``, ...) and must stay a runtime_env.
+    A field set to ``None`` is unset: verl's ``get_ppo_ray_runtime_env`` always adds
+    ``working_dir: None`` (and ``ray_kwargs`` merging adds ``py_executable: None``)."""
     if runtime_env is None:
         return {}
-    if not isinstance(runtime_env, dict) or set(runtime_env) - {"env_vars"}:
+    if not isinstance(runtime_env, dict) or {k for k, v in runtime_env.items() if v is not None} - {"env_vars"}:
         return None
     return {str(k): str(v) for k, v in (runtime_env.get("env_vars") or {}).items()}
+
+
+#: whether the wrapped ``ray.init`` started this driver's cluster with the job's env_vars moved
+#: into this process's environment (what :mod:`in_driver` needs to run the TaskRunner here)
+_moved = False
+
+
+def environment_moved() -> bool:
+    """Whether this process started its cluster with the job's ``env_vars`` in its own environment."""
+    return _moved
 
 
 def local_start_through_environment(init: Callable[..., Any]) -> Callable[..., Any]:
@@ -72,6 +84,8 @@ def local_start_through_environment(init: Callable[..., Any]) -> Callable[..., A
 
     @functools.wraps(init)
     def ray_init(*args: Any, **kwargs: Any) -> Any:
+        global _moved
+        _moved = False
         address = kwargs.get("address", args[0] if args else None) or os.environ.get("RAY_ADDRESS")
         env = environment_only(kwargs.get("runtime_env"))
         if (address and address != "local") or env is None:
@@ -80,7 +94,9 @@ def local_start_through_environment(init: Callable[..., Any]) -> Callable[..., A
         os.environ.update(env)
         if modules:
             os.environ[RAY_PRELOAD] = ",".join(modules)
-        return init(*args, **{k: v for k, v in kwargs.items() if k != "runtime_env"})
+        started = init(*args, **{k: v for k, v in kwargs.items() if k != "runtime_env"})
+        _moved = True
+        return started
 
     ray_init.__longcat_fast_start__ = True  # type: ignore[attr-defined]
     return ray_init
