@@ -1096,6 +1096,7 @@ TABLES: dict[str, tuple[str, Renderer]] = {
     "dora_cuda": ("bench/results/dora_cpu.json", dora_cuda),
     "dora_startup": ("bench/results/dora_cpu.json", dora_startup),
     "dora_startup_ab": ("bench/results/dora_startup_cpu.json", dora_startup_ab),
+    "taskrunner_ab": ("bench/results/taskrunner_cpu.json", dora_startup_ab),
     "dora_overlap": ("bench/results/dora_overlap_cpu.json", dora_overlap),
     "tool_families": ("bench/results/tool_families.json", tool_families),
     "self_verification": ("bench/results/archive/self_verification.json", self_verification),
