@@ -385,7 +385,8 @@ class Tool(Component):
 class Trainer(Component):
     """A v1 ``PPOTrainer`` subclass (``verl.trainer.ppo.v1.trainer_base``), selected by
     ``trainer.v1.trainer_mode`` (verl's ``main_ppo`` with ``trainer.use_v1=true``). verl builds
-    it as ``cls(config)`` with the whole trainer ``DictConfig`` in the TaskRunner process and
+    it as ``cls(config)`` with the whole trainer ``DictConfig`` in the TaskRunner (the driver's process
+    when the driver starts the cluster, ``runtime/in_driver.py``; else verl's TaskRunner actor) and
     calls ``fit(agent_loop_manager)``; subclass an existing mode (``separate_async``,
     ``colocate_async``) and override what differs; ``self.config.trainer.v1.<mode>`` is the
     mode's own section. Settings: ``settings_for("scheduler", name)``.
