@@ -77,7 +77,7 @@ import numpy as np
 from longcat_plugins.learning.assets import ensure_assets
 from longcat_plugins.runtime.fast_start import ENV_PRELOAD
 from longcat_plugins.runtime.fixes import CPU_POLL_INTERVAL, ENV_POLL
-from longcat_plugins.runtime.in_driver import CHOICES, ENV_TASK_RUNNER
+from longcat_plugins.runtime.in_driver import CHOICES, ENV_TASK_RUNNER, STARTED
 from longcat_plugins.runtime.launch import configs_dir, run_training
 from longcat_plugins.schedulers.workload import AGENT_NAME, ENV_TRACE, write_skewed_dataset
 
@@ -163,7 +163,9 @@ def gated_overrides(config: str, extra: list[str]) -> list[str]:
 MILESTONES = {
     "driver_ready": re.compile(r"ray init kwargs:"),
     "ray_up": re.compile(r"Started a local Ray instance"),
-    "task_runner_up": re.compile(r"\(TaskRunner\w* pid=|TaskRunner\w* runs in the driver process"),
+    "task_runner_up": re.compile(
+        r"\(TaskRunner\w* pid=|" + re.escape(STARTED).replace(re.escape("{name}"), r"TaskRunner\w*")
+    ),
     "worker_group_create": re.compile(r"create worker group"),
     "engines_ready": re.compile(r"actor and ref model engine initialized"),
     "ready_to_fit": re.compile(r"ready to fit"),

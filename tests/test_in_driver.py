@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import json
+import sys
+import types
 from pathlib import Path
 
 import pytest
@@ -25,9 +27,6 @@ def test_wrapping_is_idempotent_and_only_verls_entry_module_is_touched(monkeypat
     wrapped = in_driver.in_driver(run_ppo)
     assert wrapped is not run_ppo and in_driver.in_driver(wrapped) is wrapped
     # pytest's own __main__ is not verl's main_ppo: install() leaves it alone
-    import sys
-    import types
-
     monkeypatch.setitem(sys.modules, "__main__", types.ModuleType("__main__"))
     monkeypatch.delitem(sys.modules, "verl.trainer.main_ppo", raising=False)
     assert in_driver.entry_modules() == []
