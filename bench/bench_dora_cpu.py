@@ -46,6 +46,9 @@ Every run polls verl's v1 replay buffer every ``--poll-interval`` seconds (50 ms
 runtime's; verl's own 2 s rounds each step's generation wait of a tiny model up to 2 s, which is
 what the GPU records before ``poll_interval_s`` measured). ``--only`` runs in the order given. Each run's start-up is broken down into phases
 (``"startup"``, from when verl's milestone lines arrived; ``timed.log`` in each run folder).
+``--task-runner`` and ``--agent-loops`` choose where verl's TaskRunner runs and when the sync
+trainer starts its agent-loop workers (each record's ``startup`` says what the run did), for the
+start-up A/Bs ``taskrunner_cpu`` and ``agent_loops_cpu``.
 ``--overlap N`` starts the runs N at a time (``bench/overlap.py``): each is held before its first
 step (the start gate of ``schedulers/start_gate.py``, which the bench names as the run's
 agent-loop manager) until every run of its batch is up and the runs before it have ended, so
@@ -79,6 +82,9 @@ from longcat_plugins.runtime.fast_start import ENV_PRELOAD
 from longcat_plugins.runtime.fixes import CPU_POLL_INTERVAL, ENV_POLL
 from longcat_plugins.runtime.in_driver import CHOICES, ENV_TASK_RUNNER, STARTED
 from longcat_plugins.runtime.launch import configs_dir, run_training
+from longcat_plugins.schedulers.agent_loops_ahead import CHOICES as AGENT_LOOPS_CHOICES
+from longcat_plugins.schedulers.agent_loops_ahead import ENV_AGENT_LOOPS
+from longcat_plugins.schedulers.agent_loops_ahead import STARTED as AGENT_LOOPS_STARTED
 from longcat_plugins.schedulers.workload import AGENT_NAME, ENV_TRACE, write_skewed_dataset
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
@@ -422,6 +428,13 @@ def main() -> None:
         help="LONGCAT_TASK_RUNNER of every run: verl's TaskRunner in the driver process (default) or its own actor",
     )
     parser.add_argument(
+        "--agent-loops",
+        choices=AGENT_LOOPS_CHOICES,
+        default="ahead",
+        help="LONGCAT_AGENT_LOOPS of every run: the sync trainer's agent-loop workers start beside its "
+        "rollout replica (default) or in verl's order, inside step 1",
+    )
+    parser.add_argument(
         "--overlap",
         type=int,
         default=1,
@@ -478,6 +491,7 @@ def main() -> None:
             ENV_PRELOAD: args.preload,
             ENV_POLL: str(args.poll_interval),
             ENV_TASK_RUNNER: args.task_runner,
+            ENV_AGENT_LOOPS: args.agent_loops,
         }
         if gate is not None:
             extra = gated_overrides(config, extra)
@@ -526,7 +540,12 @@ def main() -> None:
                 f"{name} (seed {seed}): {len(trained)} trained lengths recorded for "
                 f"{SAMPLES_PER_STEP * args.steps} trained samples; see {run_dir}"
             )
-        startup = startup_phases(timed, result.steps) | {"ray_preload": args.preload, "task_runner": args.task_runner}
+        startup = startup_phases(timed, result.steps) | {
+            "ray_preload": args.preload,
+            "task_runner": args.task_runner,
+            # whether the trainer did start its agent-loop workers beside the replicas (sync)
+            "agent_loops_ahead": any(AGENT_LOOPS_STARTED in line for _, line in timed),
+        }
         if gate is not None and "gate_wait_s" not in startup:
             raise SystemExit(f"{name} (seed {seed}): no start-gate line in its output; see {run_dir / 'timed.log'}")
         held = startup.get("gate_wait_s", 0.0)  # waiting for its turn is not this run's time

@@ -426,6 +426,12 @@ def _install() -> None:
         runtime.install()
     except Exception:
         logger.warning("longcat-plugins: installing the embedded CPU runtime failed", exc_info=True)
+    try:
+        from longcat_plugins.schedulers import agent_loops_ahead
+
+        agent_loops_ahead.install()  # verl's sync trainer: agent-loop workers start beside its replicas
+    except Exception:
+        logger.warning("longcat-plugins: installing the agent-loop early start failed", exc_info=True)
 
 
 def _check_verl_version() -> None:

@@ -339,6 +339,16 @@ class SharedRun:
     result: RunResult
     updates: list[dict]
     val_dump: Path
+    #: Ray's session files of the run (``ray_kwargs.ray_init._temp_dir``), kept while it is shared
+    ray_dir: Path
+
+
+def actor_processes(ray_dir: Path, actor_class: str) -> int:
+    """How many worker processes of the Ray sessions under ``ray_dir`` hosted an actor of
+    ``actor_class`` (Ray marks each actor's worker log with ``:actor_name:<class>``); unlike the
+    driver's log, not folded by Ray's de-duplication of identical lines."""
+    logs = {path.resolve() for path in ray_dir.glob("session_*/logs/worker-*.out")}
+    return sum(1 for path in logs if f":actor_name:{actor_class}\n" in path.read_text(errors="replace"))
 
 
 @pytest.fixture(scope="session")
@@ -363,7 +373,7 @@ def shared_cpu_run(tiny_assets: Assets, tmp_path_factory: pytest.TempPathFactory
                 "trainer.logger=[console,file,tensorboard,wandb]",
                 *SHARED_RUN_OBJECTIVE,
             )
-        yield SharedRun(result, updates, root / "val-dump")
+        yield SharedRun(result, updates, root / "val-dump", ray_dir)
     finally:
         shutil.rmtree(ray_dir, ignore_errors=True)
 

@@ -177,7 +177,9 @@ class ReplicaPrestart:
 
 
 class PrestartedAgentLoopManager(AgentLoopManagerTQ):
-    """verl's v1 (TransferQueue) agent-loop manager, which the dora trainer may create ahead.
+    """verl's v1 (TransferQueue) agent-loop manager, which a trainer may create ahead (the dora
+    trainer once its balancer is in place; verl's sync trainer beside its replicas,
+    :mod:`~longcat_plugins.schedulers.agent_loops_ahead`).
 
     :meth:`prestart` runs verl's own ``create`` (the workers' processes start, nothing waits for
     them); ``main_ppo``'s later ``create`` with the same ``config`` object gets that manager, and
@@ -193,8 +195,13 @@ class PrestartedAgentLoopManager(AgentLoopManagerTQ):
         cls._ahead[id(kwargs["config"])] = super().create(**kwargs)
 
     @classmethod
+    def take(cls, config: Any) -> AgentLoopManagerTQ | None:
+        """The manager created ahead for the run with ``config`` (once), or None."""
+        return cls._ahead.pop(id(config), None)
+
+    @classmethod
     def create(cls, *args: Any, **kwargs: Any) -> Any:
-        ahead = None if args else cls._ahead.pop(id(kwargs.get("config")), None)
+        ahead = None if args else cls.take(kwargs.get("config"))
         if ahead is not None:
             return ahead
         return super().create(*args, **kwargs)

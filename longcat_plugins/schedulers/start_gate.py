@@ -8,12 +8,12 @@ other run training or starting.
 
 The gate is the agent-loop manager: verl's ``main_ppo`` creates it after ``trainer.init()``
 returns and hands it to ``fit`` straight after. These subclasses wait for the file before
-verl's ``create`` (so a ``sync`` run still starts its agent-loop workers inside step 1, as it
-does ungated), mark that the run is up (``<gate>.waiting``, so a bench can wait until every run
-it started is up) and print when they started and stopped waiting, which the bench subtracts
-from the run's start-up. Without the variable they are verl's manager and ours, unchanged. The
-``dora`` trainer's early creation (:meth:`PrestartedAgentLoopManager.prestart`) is not gated:
-only the call that precedes ``fit`` waits.
+verl's ``create``, mark that the run is up (``<gate>.waiting``, so a bench can wait until every
+run it started is up) and print when they started and stopped waiting, which the bench subtracts
+from the run's start-up. Without the variable they are verl's manager and ours, unchanged. A
+manager a trainer creates ahead (the ``dora`` trainer's, and the ``sync`` trainer's beside its
+replicas: :mod:`~longcat_plugins.schedulers.agent_loops_ahead`) is not gated: a gated run
+starts up as an ungated one does, and only the call that precedes ``fit`` waits.
 """
 
 from __future__ import annotations
@@ -61,9 +61,14 @@ class _Gated:
 class GatedAgentLoopManager(_Gated, AgentLoopManagerTQ):
     """verl's v1 agent-loop manager, created once the start gate is open."""
 
+    #: what it builds as: a trainer starts it as it starts verl's (``agent_loops_ahead``)
+    ungated = AgentLoopManagerTQ
+
 
 class GatedPrestartedAgentLoopManager(_Gated, PrestartedAgentLoopManager):
     """:class:`PrestartedAgentLoopManager` (the ``dora`` recipes' manager) behind the start gate."""
+
+    ungated = PrestartedAgentLoopManager
 
 
 def _fqn(cls: type) -> str:

@@ -1,0 +1,199 @@
+"""verl's sync trainer starts its agent-loop workers beside the rollout replicas
+(``schedulers/agent_loops_ahead.py``): through verl's own ``PPOTrainer.init`` and its hybrid
+``LLMServerManager.create`` call, with main_ppo's arguments, handed over to main_ppo's ``create``,
+and only where that manager is the one main_ppo would build. The real runs: the suite's shared
+v1 run and the resume run (``test_e2e_cpu.py``) and the bench (``bench_dora_cpu.py --agent-loops``)."""
+
+from __future__ import annotations
+
+import asyncio
+import sys
+import types
+from pathlib import Path
+from typing import Any
+
+import pytest
+from omegaconf import OmegaConf
+
+from longcat_plugins.schedulers.agent_loops_ahead import ENV_AGENT_LOOPS, STARTED, agent_loops_mode
+
+MANAGER_KEY = "actor_rollout_ref.rollout.agent.agent_loop_manager_class"
+
+
+def test_the_mode_parses_and_a_bad_one_names_the_variable_and_the_choices() -> None:
+    assert agent_loops_mode(None) == agent_loops_mode(" ") == "ahead"
+    assert agent_loops_mode("verl") == "verl"
+    with pytest.raises(ValueError, match="LONGCAT_AGENT_LOOPS: expected one of ahead, verl, got 'early'"):
+        agent_loops_mode("early")
+
+
+def test_a_bad_mode_stops_main_ppo_before_ray(tmp_path: Path) -> None:
+    from conftest import main_ppo_refuses
+
+    proc = main_ppo_refuses(tmp_path, "example_plugin", env={ENV_AGENT_LOOPS: "early"})
+    assert "LONGCAT_AGENT_LOOPS: expected one of ahead, verl, got 'early'" in proc.stderr
+
+
+class _Fakes:
+    """verl's manager classes with nothing behind them: each ``create`` is verl's own code (the
+    hooks and ``auto_await`` included) down to the constructors, which only record."""
+
+    def __init__(self, monkeypatch: pytest.MonkeyPatch) -> None:
+        from verl.experimental.agent_loop import AgentLoopManager
+        from verl.trainer.ppo.v1 import AgentLoopManagerTQ
+        from verl.workers.rollout import llm_server
+
+        self.managers: list[Any] = []
+        self.clients = 0
+        fakes = self
+
+        def manager_init(manager: Any, **kwargs: Any) -> None:
+            manager.kwargs = kwargs
+            fakes.managers.append(manager)
+
+        async def no_workers(manager: Any) -> None:
+            manager.agent_loop_workers = []
+
+        class ServerManager:
+            def get_client(self) -> str:
+                fakes.clients += 1
+                return f"client-{fakes.clients}"
+
+        monkeypatch.setattr(AgentLoopManager, "__init__", manager_init)
+        monkeypatch.setattr(AgentLoopManagerTQ, "_init_agent_loop_workers", no_workers)
+        monkeypatch.setattr(llm_server.LLMServerManager, "create", classmethod(lambda cls, *a, **kw: ServerManager()))
+
+
+def _trainer(manager_class: str | None, **overrides: Any) -> Any:
+    """A v1 trainer whose ``_setup`` makes verl's two manager calls, in verl's order: reward
+    workers exist, then the hybrid replicas are created (through trainer_base's own name)."""
+    from verl.trainer.ppo.v1 import PPOTrainer, trainer_base
+
+    class Trainer(PPOTrainer):
+        def __init__(self) -> None:  # verl's builds the replay buffer, dataloaders, ...
+            self.config = OmegaConf.create({"actor_rollout_ref": {"rollout": {"agent": {}}}})
+            OmegaConf.update(self.config, MANAGER_KEY, manager_class, force_add=True)
+            self.use_teacher_policy = False
+            self.reward_loop_manager = type("Rewards", (), {"reward_loop_worker_handles": ["reward-0"]})()
+            self.setup_order: list[str] = []
+
+        def _setup(self) -> None:
+            self.llm_server_manager = trainer_base.LLMServerManager.create(
+                config=self.config, worker_group="actor-wg", rollout_resource_pool=None
+            )
+            self.setup_order.append("replicas created")
+
+        def on_init_end(self) -> None:
+            self.setup_order.append("init end")
+
+        def on_step_end(self) -> None:
+            pass
+
+        def on_sample_end(self) -> None:
+            pass
+
+    for name, method in overrides.items():
+        setattr(Trainer, name, method)
+    return Trainer()
+
+
+def _main_ppo_creates(trainer: Any) -> Any:
+    """What verl's ``TaskRunnerV1.init_agent_loop_manager`` does after ``trainer.init()``."""
+    from verl.trainer.ppo.v1 import AgentLoopManagerTQ
+    from verl.utils.import_utils import load_class_from_fqn
+
+    fqn = OmegaConf.select(trainer.config, MANAGER_KEY)
+    cls = load_class_from_fqn(fqn, "AgentLoopManager") if fqn else AgentLoopManagerTQ
+    return cls.create(
+        config=trainer.config,
+        llm_client=trainer.get_llm_client(),
+        teacher_client=trainer.get_teacher_client(),
+        reward_loop_worker_handles=trainer.get_reward_handles(),
+    )
+
+
+def test_the_sync_trainer_starts_its_agent_loops_with_its_replicas_and_main_ppo_gets_them(
+    monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    from longcat_plugins.schedulers.prestart import PrestartedAgentLoopManager
+
+    monkeypatch.delenv(ENV_AGENT_LOOPS, raising=False)
+    fakes = _Fakes(monkeypatch)
+    trainer = _trainer(None)
+    trainer.init()
+    assert len(fakes.managers) == 1, "created during init(), with the replicas"
+    ahead = fakes.managers[0]
+    assert isinstance(ahead, PrestartedAgentLoopManager)
+    assert ahead.kwargs == {
+        "config": trainer.config,
+        "llm_client": "client-1",
+        "teacher_client": None,
+        "reward_loop_worker_handles": ["reward-0"],
+    }
+    assert STARTED in capsys.readouterr().out
+    assert _main_ppo_creates(trainer) is ahead and len(fakes.managers) == 1, "main_ppo's create got it"
+    fresh = _main_ppo_creates(trainer)
+    assert fresh is not ahead and len(fakes.managers) == 2, "handed over once; then verl's create as before"
+
+
+@pytest.mark.parametrize(
+    ("why", "mode", "manager_class", "overrides"),
+    [
+        ("LONGCAT_AGENT_LOOPS=verl", "verl", None, {}),
+        ("its own client (the async trainers)", None, None, {"get_llm_client": lambda self: "own"}),
+        ("its own reward handles", None, None, {"get_reward_handles": lambda self: []}),
+        ("a recipe's manager of its own", None, "lc_test_managers.OwnManager", {}),
+    ],
+)
+def test_verls_order_where_the_manager_would_differ_or_is_asked_for(
+    why: str, mode: str | None, manager_class: str | None, overrides: dict[str, Any], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    if mode is None:
+        monkeypatch.delenv(ENV_AGENT_LOOPS, raising=False)
+    else:
+        monkeypatch.setenv(ENV_AGENT_LOOPS, mode)
+    fakes = _Fakes(monkeypatch)
+    holder = types.ModuleType("lc_test_managers")  # a manager neither verl's default nor ours
+
+    class OwnManager:
+        @classmethod
+        def create(cls, **kwargs: Any) -> str:
+            return "own manager"
+
+    holder.OwnManager = OwnManager  # type: ignore[attr-defined]
+    monkeypatch.setitem(sys.modules, "lc_test_managers", holder)
+    trainer = _trainer(manager_class, **overrides)
+    trainer.init()
+    assert fakes.managers == [], why
+    assert trainer.setup_order == ["replicas created", "init end"]
+
+
+def test_a_gated_run_starts_them_ahead_too_and_gets_them_once_the_gate_opens(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from longcat_plugins.schedulers.start_gate import ENV_GATE, GATED
+
+    monkeypatch.delenv(ENV_AGENT_LOOPS, raising=False)
+    gate = tmp_path / "gate"
+    gate.touch()
+    monkeypatch.setenv(ENV_GATE, str(gate))
+    fakes = _Fakes(monkeypatch)
+    trainer = _trainer(GATED[None])  # what the bench names for a sync run started beside others
+    trainer.init()
+    assert len(fakes.managers) == 1, "not held: created with the replicas"
+    assert _main_ppo_creates(trainer) is fakes.managers[0]
+    assert (tmp_path / "gate.waiting").exists(), "main_ppo's create went through the gate"
+
+
+def test_an_awaiting_caller_still_gets_verls_coroutine(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The wrapped ``AgentLoopManagerTQ.create`` keeps ``auto_await``'s contract for async callers."""
+    from verl.trainer.ppo.v1 import AgentLoopManagerTQ
+
+    fakes = _Fakes(monkeypatch)
+    config = OmegaConf.create({})
+
+    async def caller() -> Any:
+        return await AgentLoopManagerTQ.create(config=config)
+
+    manager = asyncio.run(caller())
+    assert isinstance(manager, AgentLoopManagerTQ) and fakes.managers == [manager]
