@@ -1018,6 +1018,39 @@ def dora_startup_ab(d: dict[str, Any]) -> list[str]:
     return table(" | ".join(["run", *keys.values(), "before step 1", "per seed"]), cells)
 
 
+def agent_loops_ab(d: dict[str, Any]) -> list[str]:
+    """The sync trainer's agent-loop workers started in verl's order and beside its replica
+    (``bench_dora_cpu.py --name agent_loops_cpu``), per device and run over seeds, mean (min-max):
+    what moves (the replica's phase, step 1) and the whole run to the end of step 1."""
+    groups: dict[tuple[str, str], list[dict[str, Any]]] = {}
+    for r in d["results"]:
+        groups.setdefault((r["device"], r["run"]), []).append(r)
+    seconds = "{:.1f}".format
+    cells = []
+    for (device, run), records in groups.items():
+        records.sort(key=lambda r: r["seed"])
+        up = [r["startup"] for r in records]
+        to_step_end = [s["startup_s"] + s["first_step_s"] for s in up]
+        cells.append(
+            (
+                f"`{run}` ({device})",
+                "beside the replica" if all(s["agent_loops_ahead"] for s in up) else "verl's order, in step 1",
+                spread([s["phases_s"]["engines_ready->ready_to_fit"] for s in up], seconds),
+                spread([s["startup_s"] for s in up], seconds),
+                spread([s["first_step_s"] for s in up], seconds),
+                spread([s["first_step_extra_s"] for s in up], seconds),
+                f"**{spread(to_step_end, seconds)}**",
+                spread([r["process_s"] for r in records], seconds),
+                ", ".join(f"{r['seed']}: {t:.1f}" for r, t in zip(records, to_step_end, strict=True)),
+            )
+        )
+    return table(
+        "run | agent-loop workers start | -> `trainer.init()` done | before step 1 | step 1 | step 1 beyond "
+        "step 2 | launch to the end of step 1 | whole process | launch to the end of step 1, per seed",
+        cells,
+    )
+
+
 def dora_overlap(d: dict[str, Any]) -> list[str]:
     """The same runs one after another and overlapped (``bench_dora_cpu.py --overlap``), per
     seed: each run's speed against itself one after another, its start-up, the time it was held
@@ -1097,6 +1130,7 @@ TABLES: dict[str, tuple[str, Renderer]] = {
     "dora_startup": ("bench/results/dora_cpu.json", dora_startup),
     "dora_startup_ab": ("bench/results/dora_startup_cpu.json", dora_startup_ab),
     "taskrunner_ab": ("bench/results/taskrunner_cpu.json", dora_startup_ab),
+    "agent_loops_ab": ("bench/results/agent_loops_cpu.json", agent_loops_ab),
     "dora_overlap": ("bench/results/dora_overlap_cpu.json", dora_overlap),
     "tool_families": ("bench/results/tool_families.json", tool_families),
     "self_verification": ("bench/results/archive/self_verification.json", self_verification),
