@@ -46,9 +46,10 @@ Every run polls verl's v1 replay buffer every ``--poll-interval`` seconds (50 ms
 runtime's; verl's own 2 s rounds each step's generation wait of a tiny model up to 2 s, which is
 what the GPU records before ``poll_interval_s`` measured). ``--only`` runs in the order given. Each run's start-up is broken down into phases
 (``"startup"``, from when verl's milestone lines arrived; ``timed.log`` in each run folder).
-``--task-runner`` and ``--agent-loops`` choose where verl's TaskRunner runs and when the sync
-trainer starts its agent-loop workers (each record's ``startup`` says what the run did), for the
-start-up A/Bs ``taskrunner_cpu`` and ``agent_loops_cpu``.
+``--task-runner``, ``--agent-loops`` and ``--hf-servers`` choose where verl's TaskRunner runs,
+when the sync trainer starts its agent-loop workers and when the hf replicas' servers start
+(each record's ``startup`` says what the run did), for the start-up A/Bs ``taskrunner_cpu``,
+``agent_loops_cpu`` and ``hf_servers_cpu``.
 ``--overlap N`` starts the runs N at a time (``bench/overlap.py``): each is held before its first
 step (the start gate of ``schedulers/start_gate.py``, which the bench names as the run's
 agent-loop manager) until every run of its batch is up and the runs before it have ended, so
@@ -82,6 +83,9 @@ from longcat_plugins.runtime.fast_start import ENV_PRELOAD
 from longcat_plugins.runtime.fixes import CPU_POLL_INTERVAL, ENV_POLL
 from longcat_plugins.runtime.in_driver import CHOICES, ENV_TASK_RUNNER, STARTED
 from longcat_plugins.runtime.launch import configs_dir, run_training
+from longcat_plugins.runtime.servers_ahead import CHOICES as HF_SERVERS_CHOICES
+from longcat_plugins.runtime.servers_ahead import ENV_HF_SERVERS
+from longcat_plugins.runtime.servers_ahead import STARTED as HF_SERVERS_STARTED
 from longcat_plugins.schedulers.agent_loops_ahead import CHOICES as AGENT_LOOPS_CHOICES
 from longcat_plugins.schedulers.agent_loops_ahead import ENV_AGENT_LOOPS
 from longcat_plugins.schedulers.agent_loops_ahead import STARTED as AGENT_LOOPS_STARTED
@@ -435,6 +439,13 @@ def main() -> None:
         "rollout replica (default) or in verl's order, inside step 1",
     )
     parser.add_argument(
+        "--hf-servers",
+        choices=HF_SERVERS_CHOICES,
+        default="ahead",
+        help="LONGCAT_HF_SERVERS of every run: the hf replicas' server processes start beside the trainer's "
+        "engines (default) or in verl's order, after them",
+    )
+    parser.add_argument(
         "--overlap",
         type=int,
         default=1,
@@ -492,6 +503,7 @@ def main() -> None:
             ENV_POLL: str(args.poll_interval),
             ENV_TASK_RUNNER: args.task_runner,
             ENV_AGENT_LOOPS: args.agent_loops,
+            ENV_HF_SERVERS: args.hf_servers,
         }
         if gate is not None:
             extra = gated_overrides(config, extra)
@@ -545,6 +557,8 @@ def main() -> None:
             "task_runner": args.task_runner,
             # whether the trainer did start its agent-loop workers beside the replicas (sync)
             "agent_loops_ahead": any(AGENT_LOOPS_STARTED in line for _, line in timed),
+            # whether the hf replicas' server processes started beside the trainer's engines
+            "hf_servers_ahead": any(HF_SERVERS_STARTED in line for _, line in timed),
         }
         if gate is not None and "gate_wait_s" not in startup:
             raise SystemExit(f"{name} (seed {seed}): no start-gate line in its output; see {run_dir / 'timed.log'}")

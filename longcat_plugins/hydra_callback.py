@@ -75,12 +75,14 @@ class LongcatCallback(Callback):
             os.environ[ENV_RUNTIME] = "cpu"
         from longcat_plugins.runtime import fast_start, in_driver
         from longcat_plugins.runtime.fixes import ENV_POLL, poll_interval_from_env
+        from longcat_plugins.runtime.servers_ahead import ENV_HF_SERVERS, hf_servers_mode
         from longcat_plugins.schedulers.agent_loops_ahead import ENV_AGENT_LOOPS, agent_loops_mode
 
         try:  # the environment every Ray worker inherits: a bad value stops here, not in a worker
             fast_start.preload_modules(os.environ.get(fast_start.ENV_PRELOAD))
             in_driver.task_runner_mode(os.environ.get(in_driver.ENV_TASK_RUNNER))
             agent_loops_mode(os.environ.get(ENV_AGENT_LOOPS))
+            hf_servers_mode(os.environ.get(ENV_HF_SERVERS))
             poll_interval_from_env(os.environ.get(ENV_POLL))
         except ValueError as exc:
             print(f"longcat-plugins: {exc}", file=sys.stderr)

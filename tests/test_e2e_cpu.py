@@ -15,6 +15,7 @@ from conftest import train_cpu as train
 
 from longcat_plugins.learning.assets import Assets
 from longcat_plugins.runtime.launch import RunResult
+from longcat_plugins.runtime.servers_ahead import STARTED as HF_SERVERS_STARTED
 from longcat_plugins.schedulers.agent_loops_ahead import STARTED as AGENT_LOOPS_STARTED
 
 pytestmark = [pytest.mark.slow, pytest.mark.ray]
@@ -50,6 +51,10 @@ def test_two_grpo_steps_v1(shared_cpu_run: SharedRun) -> None:
     # manager was the one main_ppo used: the recipe's one worker process, not a second set
     assert AGENT_LOOPS_STARTED in log
     assert actor_processes(shared_cpu_run.ray_dir, "AgentLoopWorkerTQ") == 1
+    # the replica's server process started beside the engines (runtime/servers_ahead.py), and it
+    # is the one verl's launch loaded: one HFServer process
+    assert HF_SERVERS_STARTED in log
+    assert actor_processes(shared_cpu_run.ray_dir, "HFServer") == 1
 
 
 @LEGACY_RUN_GROUP
@@ -85,5 +90,6 @@ def test_resume_continues_from_the_saved_step(
     assert "(TaskRunnerV1 pid=" in log and "runs in the driver process" not in log
     # in the actor too, and before the checkpoint is loaded: one worker process, resumed at step 3
     assert AGENT_LOOPS_STARTED in log and actor_processes(ray_tmp, "AgentLoopWorkerTQ") == 1
+    assert HF_SERVERS_STARTED in log and actor_processes(ray_tmp, "HFServer") == 1
     assert_learning_step(second.steps[0])
     assert updates[-1]["global_steps"] == 3

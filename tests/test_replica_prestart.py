@@ -12,8 +12,9 @@ from typing import Any
 import pytest
 from omegaconf import OmegaConf
 
+from longcat_plugins.runtime.servers_ahead import hybrid_replica_count
 from longcat_plugins.schedulers import prestart as prestart_module
-from longcat_plugins.schedulers.prestart import ReplicaPrestart, hybrid_replica_count
+from longcat_plugins.schedulers.prestart import ReplicaPrestart
 from longcat_plugins.schedulers.settings import DoraSettings
 
 

@@ -53,3 +53,6 @@ def install() -> None:
     for module_name, fixes in [*FIXES.items(), *VLLM_FIXES.items()]:
         for fix in fixes:
             when_imported(module_name, fix)
+    from longcat_plugins.runtime import servers_ahead
+
+    servers_ahead.install()  # the hf replicas' server processes start beside the trainer's engines

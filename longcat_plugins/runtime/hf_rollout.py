@@ -36,7 +36,7 @@ import threading
 import time
 from collections.abc import AsyncIterator, Generator, Iterable
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, ClassVar
 
 import ray
 import torch
@@ -93,7 +93,15 @@ def _cfg(obj: Any, key: str, default: Any = None) -> Any:
 class HFServer:
     """A transformers model behind verl's rollout-server interface (one Ray actor)."""
 
-    def __init__(self, config: Any, model_config: Any, replica_rank: int = 0, max_batch_size: int = 64) -> None:
+    def __init__(
+        self, config: Any = None, model_config: Any = None, replica_rank: int = 0, max_batch_size: int = 64
+    ) -> None:
+        """Load the model now; without ``config`` the process only starts (a server started ahead,
+        :meth:`HFReplica.start_ahead`), and :meth:`load` is its first call."""
+        if config is not None:
+            self.load(config, model_config, replica_rank, max_batch_size)
+
+    def load(self, config: Any, model_config: Any, replica_rank: int = 0, max_batch_size: int = 64) -> None:
         from transformers import AutoModelForCausalLM
 
         self.config = config
@@ -586,21 +594,53 @@ class HFServer:
 
 
 class HFReplica(RolloutReplica):
-    """One ``HFServer`` actor per replica, placed on the node of the replica's workers."""
+    """One ``HFServer`` actor per replica, placed on the node of the replica's workers.
 
-    async def launch_servers(self) -> None:
+    A server's process can be started ahead (:meth:`start_ahead`, while the trainer's engines are
+    still being built: the process imports torch, transformers and verl before it can load
+    anything); :meth:`launch_servers` then loads the model in it instead of starting another."""
+
+    #: server name -> (the server started ahead, its node)
+    _ahead: ClassVar[dict[str, tuple[Any, str]]] = {}
+
+    def _options(self, node_id: str | None) -> dict[str, Any]:
         name = server_name(self.replica_rank, 0, self.name_suffix)
         options: dict[str, Any] = {"name": name, "max_concurrency": self.max_concurrency, "num_cpus": 0}
-        if self.workers:
-            node_id = await self.workers[0].__ray_call__.remote(lambda self: ray.get_runtime_context().get_node_id())
+        if node_id is not None:
             options["scheduling_strategy"] = ray.util.scheduling_strategies.NodeAffinitySchedulingStrategy(
                 node_id=node_id, soft=False
             )
-        server = (
-            ray.remote(HFServer)
-            .options(**options)
-            .remote(config=self.config, model_config=self.model_config, replica_rank=self.replica_rank)
-        )
+        return options
+
+    @classmethod
+    def start_ahead(cls, replica_rank: int, config: Any, node_id: str) -> None:
+        """Start replica ``replica_rank``'s server process on ``node_id`` now, without a model
+        (sized from the same rollout ``config`` verl's replica will get)."""
+        replica = cls(replica_rank=replica_rank, config=config, model_config=None)
+        options = replica._options(node_id)
+        if options["name"] not in cls._ahead:
+            cls._ahead[options["name"]] = (ray.remote(HFServer).options(**options).remote(), node_id)
+
+    async def launch_servers(self) -> None:
+        node_id = None
+        if self.workers:
+            node_id = await self.workers[0].__ray_call__.remote(lambda self: ray.get_runtime_context().get_node_id())
+        options = self._options(node_id)
+        ahead, ahead_node = HFReplica._ahead.pop(options["name"], (None, None))
+        if ahead is not None and node_id not in (None, ahead_node):  # started ahead on a one-node cluster only
+            raise RuntimeError(
+                f"hf rollout: {options['name']} was started ahead on node {ahead_node}, but replica "
+                f"{self.replica_rank}'s workers are on {node_id}; set LONGCAT_HF_SERVERS=verl"
+            )
+        if ahead is not None:
+            server = ahead
+            await server.load.remote(config=self.config, model_config=self.model_config, replica_rank=self.replica_rank)
+        else:
+            server = (
+                ray.remote(HFServer)
+                .options(**options)
+                .remote(config=self.config, model_config=self.model_config, replica_rank=self.replica_rank)
+            )
         self.servers = [server]
         self._server_handle = server
         self._server_address = f"hf-replica-{self.replica_rank}{self.name_suffix}"

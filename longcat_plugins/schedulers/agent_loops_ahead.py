@@ -30,6 +30,7 @@ import logging
 import os
 import sys
 import threading
+from collections.abc import Callable
 from types import ModuleType
 from typing import Any
 
@@ -166,8 +167,23 @@ async def _ready(value: Any) -> Any:
     return value
 
 
+def _tested(hook: Callable[[ModuleType], None]) -> Callable[[ModuleType], None]:
+    """``hook`` only on a verl release these hooks were written against."""
+
+    @functools.wraps(hook)
+    def run(module: ModuleType) -> None:
+        from longcat_plugins.verl_version import verl_is_tested
+
+        if not verl_is_tested():
+            logger.warning("longcat-plugins: agent loops in verl's order: verl is outside the tested range")
+            return
+        hook(module)
+
+    return run
+
+
 def install() -> None:
     """Hook verl's v1 trainer base and agent-loop manager when they are imported (every
     process: it acts only in the one that runs a trainer's ``init()``)."""
-    when_imported("verl.trainer.ppo.v1.trainer_base", _hook_trainer_base)
-    when_imported("verl.trainer.ppo.v1.agent_loop_tq", _hook_default_manager)
+    when_imported("verl.trainer.ppo.v1.trainer_base", _tested(_hook_trainer_base))
+    when_imported("verl.trainer.ppo.v1.agent_loop_tq", _tested(_hook_default_manager))

@@ -34,28 +34,12 @@ from typing import Any, ClassVar
 from omegaconf import DictConfig
 from verl.trainer.ppo.v1 import AgentLoopManagerTQ
 
+from longcat_plugins.runtime.servers_ahead import hybrid_replica_count
+
 logger = logging.getLogger(__name__)
 
 #: the verl module whose ``_setup`` builds the standalone manager (its global name is swapped)
 SEPARATE_ASYNC = "verl.trainer.ppo.v1.trainer_separate_async"
-
-
-def hybrid_replica_count(config: DictConfig, actor_world_size: int, hybrid: bool) -> int | None:
-    """How many hybrid replicas verl will build on the trainer's devices (the standalone
-    replicas' first rank), or ``None`` where it cannot be known before verl builds them
-    (prefill/decode disaggregation sizes replicas its own way)."""
-    if not hybrid:
-        return 0
-    rollout = config.actor_rollout_ref.rollout
-    disaggregation = rollout.get("disaggregation", None)
-    if disaggregation is not None and disaggregation.get("enabled", False):
-        return None
-    per_replica = (
-        int(rollout.tensor_model_parallel_size)
-        * int(rollout.get("data_parallel_size", 1) or 1)
-        * int(rollout.get("pipeline_model_parallel_size", 1) or 1)
-    )
-    return actor_world_size // per_replica
 
 
 class ReplicaPrestart:
