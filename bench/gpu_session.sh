@@ -27,16 +27,18 @@
 # taskrunner (issue 34, goal 3): 2 steps each of sync and dora_1 with verl's TaskRunner in its own
 #   actor (--task-runner actor, tagged _actor), then the same in the driver process (the default),
 #   into taskrunner_cpu.json (its CPU records kept): runtime/in_driver.py's A/B on the GPU host.
-# agentloops (issue 34, goal 3): 2 steps of sync with its agent-loop workers started in verl's order,
-#   inside step 1 (--agent-loops verl, tagged _verl), then beside its replica (the default), into
-#   agent_loops_cpu.json (its CPU records kept): schedulers/agent_loops_ahead.py's A/B on the GPU host.
+# ahead (issue 34, goal 3): 2 steps of sync in verl's start-up order (--agent-loops verl --hf-servers
+#   verl, tagged _verl_order), then with its hf server started beside the engines and its agent-loop
+#   workers beside the replica (the defaults), into start_ahead.json: runtime/servers_ahead.py's and
+#   schedulers/agent_loops_ahead.py's A/B on the GPU host (their CPU A/Bs: hf_servers_cpu.json,
+#   agent_loops_cpu.json).
 # Each merges into a copy of the committed results file (other records kept; the second call's
 # copy is the first call's output when it is brought back in place) and bring the runs' timed logs
 # back ($OUT/timed_logs_<what>.tgz).
 # The packed site has no bytecode (device-pack installs with --no-compile); compile it first, as
 # a pip install does, so the first process of the first run does not pay for everyone.
 set -uo pipefail
-what=${1:?dora, alone, dora_serial, startup, taskrunner or agentloops}
+what=${1:?dora, alone, dora_serial, startup, taskrunner or ahead}
 budget=${2:-540}
 start=$SECONDS
 left() { echo $((budget - (SECONDS - start))); }
@@ -44,16 +46,15 @@ left() { echo $((budget - (SECONDS - start))); }
 nvidia-smi --query-gpu=name,memory.used,memory.total --format=csv,noheader
 t=$SECONDS; python3 -m compileall -q -j 16 /tmp/site >/dev/null 2>&1; echo "compileall: $((SECONDS - t)) s"
 mkdir -p "$OUT" /tmp/work
-cp bench/results/dora_cpu.json bench/results/dora_startup_cpu.json bench/results/taskrunner_cpu.json \
-  bench/results/agent_loops_cpu.json "$OUT/"
+cp bench/results/dora_cpu.json bench/results/dora_startup_cpu.json bench/results/taskrunner_cpu.json "$OUT/"
 case "$what" in
   dora) args=(--steps 8 --seeds 0,1 --overlap 6 --only sync dora_1_window_w1 dora_2_window_w1) ;;
   alone) args=(--steps 8 --seeds 0 --only sync --tag _alone) ;;
   dora_serial) args=(--steps 8 --seeds 0 --preload 1 --only sync dora_2_window_w1 dora_1_window_w1 dora_2_window dora_1_window) ;;
   startup) args=(--steps 2 --seeds 0 --preload 1 --name dora_startup_cpu --only dora_1 dora_1_serial sync) ;;
   taskrunner) args=(--steps 2 --seeds 0 --name taskrunner_cpu --task-runner actor --tag _actor --only sync dora_1) ;;
-  agentloops) args=(--steps 2 --seeds 0 --name agent_loops_cpu --agent-loops verl --tag _verl --only sync) ;;
-  *) echo "unknown: $what (dora, alone, dora_serial, startup, taskrunner or agentloops)"; exit 2 ;;
+  ahead) args=(--steps 2 --seeds 0 --name start_ahead --agent-loops verl --hf-servers verl --tag _verl_order --only sync) ;;
+  *) echo "unknown: $what (dora, alone, dora_serial, startup, taskrunner or ahead)"; exit 2 ;;
 esac
 t=$SECONDS
 timeout -k 20 $(( $(left) - 25 )) python3 bench/bench_dora_cpu.py --device cuda "${args[@]}" \
@@ -73,11 +74,11 @@ elif [ "$what" = dora ] && [ "$(left)" -gt 170 ]; then
   timeout -k 20 $(( $(left) - 25 )) python3 bench/bench_dora_cpu.py --device cuda --steps 8 --seeds 0 --only sync \
     --tag _alone --out "$OUT" --work /tmp/work >"$OUT/dora_alone_ref.log" 2>&1
   echo "alone: rc=$? in $((SECONDS - t)) s"
-elif [ "$what" = agentloops ] && [ "$(left)" -gt 150 ]; then
+elif [ "$what" = ahead ] && [ "$(left)" -gt 150 ]; then
   t=$SECONDS
   timeout -k 20 $(( $(left) - 25 )) python3 bench/bench_dora_cpu.py --device cuda --steps 2 --seeds 0 \
-    --name agent_loops_cpu --only sync --out "$OUT" --work /tmp/work >"$OUT/dora_agentloops_ahead.log" 2>&1
-  echo "agent loops ahead: rc=$? in $((SECONDS - t)) s"
+    --name start_ahead --only sync --out "$OUT" --work /tmp/work >"$OUT/dora_ahead_defaults.log" 2>&1
+  echo "started ahead: rc=$? in $((SECONDS - t)) s"
 elif [ "$what" = taskrunner ] && [ "$(left)" -gt 150 ]; then
   t=$SECONDS
   timeout -k 20 $(( $(left) - 25 )) python3 bench/bench_dora_cpu.py --device cuda --steps 2 --seeds 0 \

@@ -1018,10 +1018,14 @@ def dora_startup_ab(d: dict[str, Any]) -> list[str]:
     return table(" | ".join(["run", *keys.values(), "before step 1", "per seed"]), cells)
 
 
-def agent_loops_ab(d: dict[str, Any]) -> list[str]:
-    """The sync trainer's agent-loop workers started in verl's order and beside its replica
-    (``bench_dora_cpu.py --name agent_loops_cpu``), per device and run over seeds, mean (min-max):
-    what moves (the replica's phase, step 1) and the whole run to the end of step 1."""
+#: what a start-up A/B's runs may have started ahead of verl's order (the flag in ``startup``)
+STARTED_AHEAD = (("hf_servers_ahead", "hf servers"), ("agent_loops_ahead", "agent-loop workers"))
+
+
+def start_ahead_ab(d: dict[str, Any]) -> list[str]:
+    """A start-up A/B of what the sync trainer starts ahead of verl's order (``bench_dora_cpu.py
+    --name agent_loops_cpu``, ``hf_servers_cpu``), per device and run over seeds, mean (min-max):
+    what moves (``trainer.init()``'s last phase, step 1) and the whole run to the end of step 1."""
     groups: dict[tuple[str, str], list[dict[str, Any]]] = {}
     for r in d["results"]:
         groups.setdefault((r["device"], r["run"]), []).append(r)
@@ -1030,11 +1034,12 @@ def agent_loops_ab(d: dict[str, Any]) -> list[str]:
     for (device, run), records in groups.items():
         records.sort(key=lambda r: r["seed"])
         up = [r["startup"] for r in records]
+        ahead = [label for key, label in STARTED_AHEAD if all(s.get(key) for s in up)]
         to_step_end = [s["startup_s"] + s["first_step_s"] for s in up]
         cells.append(
             (
                 f"`{run}` ({device})",
-                "beside the replica" if all(s["agent_loops_ahead"] for s in up) else "verl's order, in step 1",
+                ", ".join(ahead) or "nothing",
                 spread([s["phases_s"]["engines_ready->ready_to_fit"] for s in up], seconds),
                 spread([s["startup_s"] for s in up], seconds),
                 spread([s["first_step_s"] for s in up], seconds),
@@ -1045,8 +1050,8 @@ def agent_loops_ab(d: dict[str, Any]) -> list[str]:
             )
         )
     return table(
-        "run | agent-loop workers start | -> `trainer.init()` done | before step 1 | step 1 | step 1 beyond "
-        "step 2 | launch to the end of step 1 | whole process | launch to the end of step 1, per seed",
+        "run | started ahead | -> `trainer.init()` done | before step 1 | step 1 | step 1 beyond step 2 | "
+        "launch to the end of step 1 | whole process | launch to the end of step 1, per seed",
         cells,
     )
 
@@ -1130,7 +1135,8 @@ TABLES: dict[str, tuple[str, Renderer]] = {
     "dora_startup": ("bench/results/dora_cpu.json", dora_startup),
     "dora_startup_ab": ("bench/results/dora_startup_cpu.json", dora_startup_ab),
     "taskrunner_ab": ("bench/results/taskrunner_cpu.json", dora_startup_ab),
-    "agent_loops_ab": ("bench/results/agent_loops_cpu.json", agent_loops_ab),
+    "agent_loops_ab": ("bench/results/agent_loops_cpu.json", start_ahead_ab),
+    "hf_servers_ab": ("bench/results/hf_servers_cpu.json", start_ahead_ab),
     "dora_overlap": ("bench/results/dora_overlap_cpu.json", dora_overlap),
     "tool_families": ("bench/results/tool_families.json", tool_families),
     "self_verification": ("bench/results/archive/self_verification.json", self_verification),
