@@ -197,3 +197,140 @@ def test_an_awaiting_caller_still_gets_verls_coroutine(monkeypatch: pytest.Monke
 
     manager = asyncio.run(caller())
     assert isinstance(manager, AgentLoopManagerTQ) and fakes.managers == [manager]
+
+
+def test_a_worker_built_later_runs_its_own_init_only_when_constructed() -> None:
+    from longcat_plugins.schedulers.agent_loops_ahead import _Later
+
+    class Worker:
+        def __init__(self, config: str, client: str) -> None:
+            self.built = (config, client)
+
+    Later = type("Worker", (_Later, Worker), {})
+    early = Later()
+    assert not hasattr(early, "built"), "no arguments: only the process (here, the object) exists"
+    early.longcat_construct("config", "client")
+    assert early.built == ("config", "client")
+    assert Later("c", "l").built == ("c", "l"), "with arguments it is built at once, as verl's class"
+
+
+@pytest.fixture
+def spawning(monkeypatch: pytest.MonkeyPatch) -> list[tuple[str, list[str]]]:
+    """What ``spawn_workers`` starts (class name, actor names), without Ray."""
+    from longcat_plugins.schedulers import agent_loops_ahead
+
+    started: list[tuple[str, list[str]]] = []
+    monkeypatch.setattr(agent_loops_ahead, "_later", lambda cls: cls.__name__)
+    monkeypatch.setattr(agent_loops_ahead, "_start", lambda cls, names: started.append((cls, names)) or list(names))
+    monkeypatch.setattr(agent_loops_ahead, "_spawned", {})
+    monkeypatch.delenv(ENV_AGENT_LOOPS, raising=False)
+    return started
+
+
+def _sized(manager_class: str | None, workers: int = 2) -> Any:
+    config = OmegaConf.create({"actor_rollout_ref": {"rollout": {"agent": {"num_workers": workers}}}})
+    OmegaConf.update(config, MANAGER_KEY, manager_class, force_add=True)
+    return type("Trainer", (), {"config": config})()
+
+
+def test_the_workers_processes_start_once_named_as_verl_names_them(
+    spawning: list[tuple[str, list[str]]], capsys: pytest.CaptureFixture[str]
+) -> None:
+    from longcat_plugins.schedulers import agent_loops_ahead
+    from longcat_plugins.schedulers.start_gate import GATED
+
+    for manager in (None, "longcat_plugins.schedulers.prestart.PrestartedAgentLoopManager", GATED[None]):
+        trainer = _sized(manager)
+        assert agent_loops_ahead.spawn_workers(trainer) == 2, manager
+        assert agent_loops_ahead.spawn_workers(trainer) == 0, "once per run"
+    assert len(spawning) == 3 and all(cls == "AgentLoopWorkerTQ" for cls, _ in spawning)
+    names = spawning[0][1]
+    assert [n.rsplit("_", 1)[0] for n in names] == ["agent_loop_worker_0", "agent_loop_worker_1"], names
+    assert all(len(n.rsplit("_", 1)[1]) == 8 for n in names), "verl's uuid suffix"
+    assert agent_loops_ahead.SPAWNED in capsys.readouterr().out
+
+
+@pytest.mark.parametrize("why", ["LONGCAT_AGENT_LOOPS=verl", "a recipe's manager of its own"])
+def test_no_worker_starts_ahead_where_verls_manager_would_not_build_verls_workers(
+    why: str, spawning: list[tuple[str, list[str]]], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from longcat_plugins.schedulers import agent_loops_ahead
+
+    manager = None
+    if why.startswith("LONGCAT"):
+        monkeypatch.setenv(ENV_AGENT_LOOPS, "verl")
+    else:
+        holder = types.ModuleType("lc_test_managers")
+        holder.OwnManager = type("OwnManager", (), {})  # type: ignore[attr-defined]
+        monkeypatch.setitem(sys.modules, "lc_test_managers", holder)
+        manager = "lc_test_managers.OwnManager"
+    assert agent_loops_ahead.spawn_workers(_sized(manager)) == 0 and spawning == [], why
+
+
+class _Spawned:
+    """A worker started ahead: its construction is awaited, and may fail."""
+
+    def __init__(self, fail: bool = False) -> None:
+        self.built: tuple[Any, ...] | None = None
+        fail_or_build = self._fail if fail else self._build
+        self.longcat_construct = type("Method", (), {"remote": staticmethod(fail_or_build)})()
+
+    async def _build(self, *args: Any) -> None:
+        self.built = args
+
+    async def _fail(self, *args: Any) -> None:
+        raise RuntimeError("the tokenizer is missing")
+
+
+def _manager(worker_class: Any) -> Any:
+    """verl's base manager with nothing behind it but what ``_init_agent_loop_workers`` reads."""
+    from verl.experimental.agent_loop import AgentLoopManager
+
+    manager = object.__new__(AgentLoopManager)
+    manager.config = OmegaConf.create({})
+    manager.llm_client, manager.teacher_client, manager.reward_loop_worker_handles = "client", None, ["reward-0"]
+    manager.agent_loop_workers_class = worker_class
+    return manager
+
+
+def test_verls_manager_constructs_the_workers_started_ahead(monkeypatch: pytest.MonkeyPatch) -> None:
+    from verl.trainer.ppo.v1.agent_loop_tq import AgentLoopWorkerTQ
+
+    from longcat_plugins.schedulers import agent_loops_ahead
+
+    manager = _manager(AgentLoopWorkerTQ)
+    spawned = [_Spawned(), _Spawned()]
+    monkeypatch.setitem(agent_loops_ahead._spawned, id(manager.config), spawned)
+    asyncio.run(manager._init_agent_loop_workers())
+    assert manager.agent_loop_workers == spawned and id(manager.config) not in agent_loops_ahead._spawned
+    assert all(w.built == (manager.config, "client", None, ["reward-0"]) for w in spawned)
+
+    failing = _manager(AgentLoopWorkerTQ)
+    monkeypatch.setitem(agent_loops_ahead._spawned, id(failing.config), [_Spawned(fail=True)])
+    with pytest.raises(RuntimeError, match="the tokenizer is missing"):
+        asyncio.run(failing._init_agent_loop_workers())
+
+
+def test_a_manager_of_other_workers_starts_its_own(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The hook on a stand-in for verl's module: another worker class goes to verl's own method,
+    and the workers started ahead stay for the manager they were started for."""
+    from longcat_plugins.schedulers import agent_loops_ahead
+
+    verls: list[Any] = []
+
+    class AgentLoopManager:
+        async def _init_agent_loop_workers(self) -> None:
+            verls.append(self)
+
+    module = types.ModuleType("agent_loop")
+    module.AgentLoopManager = AgentLoopManager  # type: ignore[attr-defined]
+    agent_loops_ahead._hook_manager_workers(module)
+    agent_loops_ahead._hook_manager_workers(module)  # a second import: not wrapped twice
+    manager = AgentLoopManager()
+    manager.config = OmegaConf.create({})  # type: ignore[attr-defined]
+    manager.agent_loop_workers_class = object()  # type: ignore[attr-defined]
+    spawned = [_Spawned()]
+    monkeypatch.setitem(agent_loops_ahead._spawned, id(manager.config), spawned)  # type: ignore[attr-defined]
+    asyncio.run(manager._init_agent_loop_workers())
+    assert verls == [manager] and spawned[0].built is None
+    assert agent_loops_ahead._spawned[id(manager.config)] is spawned  # type: ignore[attr-defined]

@@ -16,6 +16,7 @@ from conftest import train_cpu as train
 from longcat_plugins.learning.assets import Assets
 from longcat_plugins.runtime.launch import RunResult
 from longcat_plugins.runtime.servers_ahead import STARTED as HF_SERVERS_STARTED
+from longcat_plugins.schedulers.agent_loops_ahead import SPAWNED as AGENT_LOOPS_SPAWNED
 from longcat_plugins.schedulers.agent_loops_ahead import STARTED as AGENT_LOOPS_STARTED
 
 pytestmark = [pytest.mark.slow, pytest.mark.ray]
@@ -47,9 +48,10 @@ def test_two_grpo_steps_v1(shared_cpu_run: SharedRun) -> None:
     # verl's TaskRunner ran in the driver (runtime/in_driver.py): no actor process of its own
     log = shared_cpu_run.result.log.read_text()
     assert "TaskRunnerV1 runs in the driver process" in log and "(TaskRunnerV1 pid=" not in log
-    # the agent-loop workers started beside the replica (schedulers/agent_loops_ahead.py), and that
-    # manager was the one main_ppo used: the recipe's one worker process, not a second set
-    assert AGENT_LOOPS_STARTED in log
+    # the agent-loop worker's process started with the engines and its manager beside the replica
+    # (schedulers/agent_loops_ahead.py); that manager, with that process, was the one main_ppo
+    # used: the recipe's one worker process, not a second
+    assert AGENT_LOOPS_SPAWNED in log and AGENT_LOOPS_STARTED in log
     assert actor_processes(shared_cpu_run.ray_dir, "AgentLoopWorkerTQ") == 1
     # the replica's server process started beside the engines (runtime/servers_ahead.py), and it
     # is the one verl's launch loaded: one HFServer process
@@ -89,7 +91,8 @@ def test_resume_continues_from_the_saved_step(
     log = second.log.read_text()
     assert "(TaskRunnerV1 pid=" in log and "runs in the driver process" not in log
     # in the actor too, and before the checkpoint is loaded: one worker process, resumed at step 3
-    assert AGENT_LOOPS_STARTED in log and actor_processes(ray_tmp, "AgentLoopWorkerTQ") == 1
+    assert AGENT_LOOPS_SPAWNED in log and AGENT_LOOPS_STARTED in log
+    assert actor_processes(ray_tmp, "AgentLoopWorkerTQ") == 1
     assert HF_SERVERS_STARTED in log and actor_processes(ray_tmp, "HFServer") == 1
     assert_learning_step(second.steps[0])
     assert updates[-1]["global_steps"] == 3

@@ -98,7 +98,9 @@ def test_verls_trainer_starts_them_once_its_pools_are_sized(monkeypatch: pytest.
 
     from verl.trainer.ppo.v1 import PPOTrainer
 
-    assert getattr(PPOTrainer._init_resource_pool_mgr, "__longcat_ahead__", False), "not installed on verl's base"
+    assert getattr(PPOTrainer._init_resource_pool_mgr, "__longcat_hf_servers_ahead__", False), (
+        "not installed on verl's base"
+    )
     order: list[str] = []
 
     class Trainer:

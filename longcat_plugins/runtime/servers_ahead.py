@@ -93,7 +93,7 @@ def _hook_trainer_base(module: ModuleType) -> None:
 
     trainer_cls = module.PPOTrainer
     original = trainer_cls._init_resource_pool_mgr
-    if getattr(original, "__longcat_ahead__", False):
+    if getattr(original, "__longcat_hf_servers_ahead__", False):
         return
     if not verl_is_tested():
         logger.warning("longcat-plugins: hf servers in verl's order: verl is outside the tested range")
@@ -104,7 +104,7 @@ def _hook_trainer_base(module: ModuleType) -> None:
         original(self)
         start_hf_servers(self)
 
-    _init_resource_pool_mgr.__longcat_ahead__ = True  # type: ignore[attr-defined]
+    _init_resource_pool_mgr.__longcat_hf_servers_ahead__ = True  # type: ignore[attr-defined]
     trainer_cls._init_resource_pool_mgr = _init_resource_pool_mgr
 
 

@@ -1,25 +1,30 @@
-"""verl's sync trainer starts its agent-loop workers beside the rollout replicas, not in step 1.
+"""The agent-loop workers start with the trainer's engines and are built beside its replicas,
+not in step 1.
 
 verl's v1 setup is a chain of processes, each seconds of imports before its first line: the
 worker group, then the hybrid rollout replica's server (``trainer.init()`` waits for it before
 it returns), then, only once ``init()`` has returned, ``main_ppo`` creates the agent-loop
 manager, whose workers' processes start inside step 1 (``sync``'s first step ran 5-7 s longer
-than the next on this project's 2-core machine, 24-29 s on the lent H100). Nothing the manager
-is built from changes after the replicas are created: its client (the replicas' load balancer),
-the teacher client and the reward workers' handles all exist by then.
+than the next on this project's 2-core machine, 24-29 s on the lent H100). Two moves, each only
+where the result is what verl would build:
 
-So, while a v1 trainer's ``init()`` runs, :func:`install` has verl's hybrid
-``LLMServerManager.create`` call, once it returns, create the agent-loop manager with exactly
-the arguments ``main_ppo`` will pass (:meth:`PrestartedAgentLoopManager.prestart`): its workers'
-processes start while the replica's server starts and takes its first weights. ``main_ppo``'s
-own ``create`` with the same config then gets that manager (verl's ``AgentLoopManagerTQ.create``
-is wrapped to hand it over; :class:`PrestartedAgentLoopManager` and its subclasses do it
-themselves). It applies only where the result is the same object ``main_ppo`` would build:
-the trainer's ``get_llm_client``, ``get_teacher_client`` and ``get_reward_handles`` are verl's
-base ones (the async trainers route through clients of their own, and the ``dora`` trainer
-starts its manager itself once its balancer is in place), and the recipe's manager class is
-verl's default or a :class:`PrestartedAgentLoopManager`. ``LONGCAT_AGENT_LOOPS=verl`` keeps
-verl's order.
+- **The workers' processes start when the trainer sizes its resource pools** (:func:`spawn_workers`),
+  beside the worker group's: verl's own worker class built without arguments, which only imports
+  its modules; verl's ``AgentLoopManager._init_agent_loop_workers`` later constructs those
+  processes with the arguments it has (:func:`_hook_manager_workers`) instead of starting new
+  ones. Under any v1 trainer, for a recipe whose manager is verl's v1 default or
+  :class:`PrestartedAgentLoopManager` (they build verl's ``AgentLoopWorkerTQ``).
+- **The manager is created beside the replicas** (:func:`start_beside_replicas`): once a trainer's
+  hybrid ``LLMServerManager.create`` returns inside ``init()``, the manager is created with
+  exactly the arguments ``main_ppo`` will pass (its client, the teacher client and the reward
+  workers' handles all exist by then; :meth:`PrestartedAgentLoopManager.prestart`), and
+  ``main_ppo``'s own ``create`` with the same config gets it (verl's ``AgentLoopManagerTQ.create``
+  is wrapped to hand it over; :class:`PrestartedAgentLoopManager` does it itself). Only where the
+  trainer's ``get_llm_client``, ``get_teacher_client`` and ``get_reward_handles`` are verl's base
+  ones (the async trainers route through clients of their own; the ``dora`` trainer creates its
+  manager itself once its balancer is in place).
+
+``LONGCAT_AGENT_LOOPS=verl`` keeps verl's order for both.
 """
 
 from __future__ import annotations
@@ -43,6 +48,8 @@ ENV_AGENT_LOOPS = "LONGCAT_AGENT_LOOPS"
 CHOICES = ("ahead", "verl")
 #: printed when the manager is created ahead (the start-up benches look for it)
 STARTED = "longcat-plugins: agent-loop workers start beside the rollout replicas"
+#: printed when the workers' processes are started with the engines
+SPAWNED = "longcat-plugins: agent-loop worker processes start beside the trainer's engines"
 
 #: the trainer whose ``init()`` runs in this thread
 _building = threading.local()
@@ -64,13 +71,108 @@ def _ahead_wanted() -> bool:
         return False
 
 
+def _manager_class(config: Any) -> tuple[type, str | None]:
+    """The agent-loop manager class ``main_ppo`` will build for ``config`` (and its fqn)."""
+    from verl.trainer.ppo.v1 import AgentLoopManagerTQ
+    from verl.utils.import_utils import load_class_from_fqn
+
+    fqn = config.actor_rollout_ref.rollout.get("agent", {}).get("agent_loop_manager_class")
+    return (load_class_from_fqn(fqn, "AgentLoopManager") if fqn else AgentLoopManagerTQ), fqn
+
+
+def _starter(config: Any) -> Any:
+    """The class whose ``prestart`` builds what ``main_ppo`` would (verl's default manager is
+    built as :class:`PrestartedAgentLoopManager`, which only adds the hand-over), or None where
+    the recipe's manager may build its own way."""
+    from verl.trainer.ppo.v1 import AgentLoopManagerTQ
+
+    from longcat_plugins.schedulers.prestart import PrestartedAgentLoopManager
+
+    manager_cls, fqn = _manager_class(config)
+    builds_as = getattr(manager_cls, "ungated", manager_cls)  # a start gate's twin builds as its class
+    if builds_as is AgentLoopManagerTQ:
+        return PrestartedAgentLoopManager
+    if isinstance(builds_as, type) and issubclass(builds_as, PrestartedAgentLoopManager):
+        return manager_cls
+    logger.info("agent loops in verl's order: the recipe's manager %s may build its own way", fqn)
+    return None
+
+
+def _builds_verl_workers(config: Any) -> bool:
+    """Whether the manager ``main_ppo`` (or a trainer, ahead) builds for ``config`` makes verl's
+    own v1 workers (``AgentLoopWorkerTQ``): verl's default manager, ours, or a gate's twin of either."""
+    from verl.trainer.ppo.v1 import AgentLoopManagerTQ
+
+    from longcat_plugins.schedulers.prestart import PrestartedAgentLoopManager
+
+    manager_cls, _ = _manager_class(config)
+    return getattr(manager_cls, "ungated", manager_cls) in (AgentLoopManagerTQ, PrestartedAgentLoopManager)
+
+
+class _Later:
+    """Mixed in before a worker class: built without arguments, the actor only starts its process
+    (which imports the class's modules); :meth:`longcat_construct` then runs the class's own
+    ``__init__`` with the arguments its manager has by then."""
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        if args or kwargs:
+            super().__init__(*args, **kwargs)
+
+    def longcat_construct(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+
+
+def _later(verl_cls: type) -> Any:
+    """``verl_cls`` as a Ray actor class that can be built before its arguments exist (same name
+    in Ray's logs)."""
+    import ray
+
+    return ray.remote(type(verl_cls.__name__, (_Later, verl_cls), {"__qualname__": verl_cls.__qualname__}))
+
+
+def _start(actor_cls: Any, names: list[str]) -> list[Any]:
+    """One actor per name, round-robin over the nodes with CPUs, as verl's managers place them."""
+    import ray
+
+    nodes = [node["NodeID"] for node in ray.nodes() if node["Alive"] and node["Resources"].get("CPU", 0) > 0]
+    return [
+        actor_cls.options(
+            name=name,
+            scheduling_strategy=ray.util.scheduling_strategies.NodeAffinitySchedulingStrategy(
+                node_id=nodes[i % len(nodes)], soft=True
+            ),
+        ).remote()
+        for i, name in enumerate(names)
+    ]
+
+
+#: ``id(config)`` -> agent-loop worker processes started for that run, not yet constructed
+_spawned: dict[int, list[Any]] = {}
+
+
+def spawn_workers(trainer: Any) -> int:
+    """Start the processes of the agent-loop workers ``trainer``'s run will use, now that its
+    resource pools are sized, named and placed as verl's manager names and places them; the
+    manager constructs them when it is created (:func:`_hook_manager_workers`). How many were
+    started."""
+    import uuid
+
+    from verl.trainer.ppo.v1.agent_loop_tq import AgentLoopWorkerTQ
+
+    config = trainer.config
+    if not _ahead_wanted() or not _builds_verl_workers(config) or id(config) in _spawned:
+        return 0
+    count = int(config.actor_rollout_ref.rollout.agent.num_workers)
+    names = [f"agent_loop_worker_{i}_{uuid.uuid4().hex[:8]}" for i in range(count)]
+    _spawned[id(config)] = _start(_later(AgentLoopWorkerTQ.__ray_actor_class__), names)
+    print(SPAWNED, flush=True)
+    return count
+
+
 def start_beside_replicas(trainer: Any, server_manager: Any) -> bool:
     """Create the agent-loop manager for ``trainer`` now, from ``server_manager`` (its hybrid
     replicas, just created), when the result is what ``main_ppo`` would build; whether it did."""
-    from verl.trainer.ppo.v1 import AgentLoopManagerTQ, PPOTrainer
-    from verl.utils.import_utils import load_class_from_fqn
-
-    from longcat_plugins.schedulers.prestart import PrestartedAgentLoopManager
+    from verl.trainer.ppo.v1 import PPOTrainer
 
     if not _ahead_wanted():
         return False
@@ -83,15 +185,8 @@ def start_beside_replicas(trainer: Any, server_manager: Any) -> bool:
         logger.info("agent loops in verl's order: %s has its own %s", type(trainer).__name__, ", ".join(own))
         return False
     config = trainer.config
-    fqn = config.actor_rollout_ref.rollout.get("agent", {}).get("agent_loop_manager_class")
-    manager_cls = load_class_from_fqn(fqn, "AgentLoopManager") if fqn else AgentLoopManagerTQ
-    builds_as = getattr(manager_cls, "ungated", manager_cls)  # a start gate's twin builds as its class
-    if builds_as is AgentLoopManagerTQ:
-        starter: type[PrestartedAgentLoopManager] = PrestartedAgentLoopManager
-    elif isinstance(builds_as, type) and issubclass(builds_as, PrestartedAgentLoopManager):
-        starter = manager_cls
-    else:
-        logger.info("agent loops in verl's order: the recipe's manager %s may build its own way", fqn)
+    starter = _starter(config)
+    if starter is None:
         return False
     starter.prestart(
         config=config,
@@ -104,12 +199,19 @@ def start_beside_replicas(trainer: Any, server_manager: Any) -> bool:
 
 
 def _hook_trainer_base(module: ModuleType) -> None:
-    """Record the trainer whose ``init()`` runs, and follow its hybrid replicas' creation."""
+    """Record the trainer whose ``init()`` runs, start its agent-loop workers' processes once its
+    pools are sized, and follow its hybrid replicas' creation."""
     trainer_cls = module.PPOTrainer
-    if getattr(trainer_cls.init, "__longcat_ahead__", False):
+    if getattr(trainer_cls.init, "__longcat_agent_loops_ahead__", False):
         return
     init = trainer_cls.init
+    size_pools = trainer_cls._init_resource_pool_mgr
     original = module.LLMServerManager
+
+    @functools.wraps(size_pools)
+    def _init_resource_pool_mgr(self: Any) -> None:
+        size_pools(self)
+        spawn_workers(self)
 
     @functools.wraps(init)
     def init_recorded(self: Any) -> Any:
@@ -131,9 +233,36 @@ def _hook_trainer_base(module: ModuleType) -> None:
                 start_beside_replicas(trainer, manager)
             return manager
 
-    init_recorded.__longcat_ahead__ = True  # type: ignore[attr-defined]
+    init_recorded.__longcat_agent_loops_ahead__ = True  # type: ignore[attr-defined]
     trainer_cls.init = init_recorded
+    trainer_cls._init_resource_pool_mgr = _init_resource_pool_mgr
     module.LLMServerManager = LLMServerManager
+
+
+def _hook_manager_workers(module: ModuleType) -> None:
+    """verl's ``AgentLoopManager._init_agent_loop_workers``: a manager of verl's v1 workers for a
+    run whose workers were started ahead constructs those (waiting for each, so a failure is its
+    own) instead of starting new ones; any other manager, as verl does."""
+    cls = module.AgentLoopManager
+    original = cls._init_agent_loop_workers
+    if getattr(original, "__longcat_agent_loops_ahead__", False):
+        return
+
+    @functools.wraps(original)
+    async def _init_agent_loop_workers(self: Any) -> None:
+        import asyncio
+
+        from verl.trainer.ppo.v1.agent_loop_tq import AgentLoopWorkerTQ
+
+        spawned = _spawned.pop(id(self.config), None) if self.agent_loop_workers_class is AgentLoopWorkerTQ else None
+        if spawned is None:
+            return await original(self)
+        args = (self.config, self.llm_client, self.teacher_client, self.reward_loop_worker_handles)
+        await asyncio.gather(*[worker.longcat_construct.remote(*args) for worker in spawned])
+        self.agent_loop_workers = spawned
+
+    _init_agent_loop_workers.__longcat_agent_loops_ahead__ = True  # type: ignore[attr-defined]
+    cls._init_agent_loop_workers = _init_agent_loop_workers
 
 
 def _hook_default_manager(module: ModuleType) -> None:
@@ -142,7 +271,7 @@ def _hook_default_manager(module: ModuleType) -> None:
     coroutine to an awaiting caller)."""
     cls = module.AgentLoopManagerTQ
     verl_create = cls.__dict__["create"].__func__
-    if getattr(verl_create, "__longcat_ahead__", False):
+    if getattr(verl_create, "__longcat_agent_loops_ahead__", False):
         return
 
     @functools.wraps(verl_create)
@@ -159,7 +288,7 @@ def _hook_default_manager(module: ModuleType) -> None:
             return verl_create.__wrapped__(klass, *args, **kwargs)
         return verl_create(klass, *args, **kwargs)
 
-    create.__longcat_ahead__ = True  # type: ignore[attr-defined]
+    create.__longcat_agent_loops_ahead__ = True  # type: ignore[attr-defined]
     cls.create = classmethod(create)
 
 
@@ -187,3 +316,4 @@ def install() -> None:
     process: it acts only in the one that runs a trainer's ``init()``)."""
     when_imported("verl.trainer.ppo.v1.trainer_base", _tested(_hook_trainer_base))
     when_imported("verl.trainer.ppo.v1.agent_loop_tq", _tested(_hook_default_manager))
+    when_imported("verl.experimental.agent_loop.agent_loop", _tested(_hook_manager_workers))
