@@ -88,6 +88,7 @@ from longcat_plugins.runtime.servers_ahead import ENV_HF_SERVERS
 from longcat_plugins.runtime.servers_ahead import STARTED as HF_SERVERS_STARTED
 from longcat_plugins.schedulers.agent_loops_ahead import CHOICES as AGENT_LOOPS_CHOICES
 from longcat_plugins.schedulers.agent_loops_ahead import ENV_AGENT_LOOPS
+from longcat_plugins.schedulers.agent_loops_ahead import SPAWNED as AGENT_LOOPS_SPAWNED
 from longcat_plugins.schedulers.agent_loops_ahead import STARTED as AGENT_LOOPS_STARTED
 from longcat_plugins.schedulers.workload import AGENT_NAME, ENV_TRACE, write_skewed_dataset
 
@@ -435,8 +436,8 @@ def main() -> None:
         "--agent-loops",
         choices=AGENT_LOOPS_CHOICES,
         default="ahead",
-        help="LONGCAT_AGENT_LOOPS of every run: the sync trainer's agent-loop workers start beside its "
-        "rollout replica (default) or in verl's order, inside step 1",
+        help="LONGCAT_AGENT_LOOPS of every run: the agent-loop workers' processes start beside the trainer's "
+        "engines and the sync trainer's manager beside its replica (default), or in verl's order, inside step 1",
     )
     parser.add_argument(
         "--hf-servers",
@@ -555,8 +556,10 @@ def main() -> None:
         startup = startup_phases(timed, result.steps) | {
             "ray_preload": args.preload,
             "task_runner": args.task_runner,
-            # whether the trainer did start its agent-loop workers beside the replicas (sync)
+            # whether the trainer did create its agent-loop manager beside the replicas (sync)
             "agent_loops_ahead": any(AGENT_LOOPS_STARTED in line for _, line in timed),
+            # whether the agent-loop workers' processes started beside the trainer's engines
+            "agent_loop_processes_ahead": any(AGENT_LOOPS_SPAWNED in line for _, line in timed),
             # whether the hf replicas' server processes started beside the trainer's engines
             "hf_servers_ahead": any(HF_SERVERS_STARTED in line for _, line in timed),
         }

@@ -1019,12 +1019,16 @@ def dora_startup_ab(d: dict[str, Any]) -> list[str]:
 
 
 #: what a start-up A/B's runs may have started ahead of verl's order (the flag in ``startup``)
-STARTED_AHEAD = (("hf_servers_ahead", "hf servers"), ("agent_loops_ahead", "agent-loop workers"))
+STARTED_AHEAD = (
+    ("hf_servers_ahead", "hf servers"),
+    ("agent_loop_processes_ahead", "agent-loop processes"),
+    ("agent_loops_ahead", "agent-loop manager"),
+)
 
 
 def start_ahead_ab(d: dict[str, Any]) -> list[str]:
     """A start-up A/B of what the sync trainer starts ahead of verl's order (``bench_dora_cpu.py
-    --name agent_loops_cpu``, ``hf_servers_cpu``), per device and run over seeds, mean (min-max):
+    --name start_ahead``, ``agent_loops_cpu``, ``hf_servers_cpu``), per device and run over seeds, mean (min-max):
     what moves (``trainer.init()``'s last phase, step 1) and the whole run to the end of step 1."""
     groups: dict[tuple[str, str], list[dict[str, Any]]] = {}
     for r in d["results"]:
@@ -1137,6 +1141,7 @@ TABLES: dict[str, tuple[str, Renderer]] = {
     "taskrunner_ab": ("bench/results/taskrunner_cpu.json", dora_startup_ab),
     "agent_loops_ab": ("bench/results/agent_loops_cpu.json", start_ahead_ab),
     "hf_servers_ab": ("bench/results/hf_servers_cpu.json", start_ahead_ab),
+    "start_ahead_ab": ("bench/results/start_ahead.json", start_ahead_ab),
     "dora_overlap": ("bench/results/dora_overlap_cpu.json", dora_overlap),
     "tool_families": ("bench/results/tool_families.json", tool_families),
     "self_verification": ("bench/results/archive/self_verification.json", self_verification),
