@@ -429,7 +429,7 @@ def _install() -> None:
     try:
         from longcat_plugins.schedulers import agent_loops_ahead
 
-        agent_loops_ahead.install()  # verl's sync trainer: agent-loop workers start beside its replicas
+        agent_loops_ahead.install()  # agent-loop workers' processes beside the engines, the manager beside the replicas
     except Exception:
         logger.warning("longcat-plugins: installing the agent-loop early start failed", exc_info=True)
 

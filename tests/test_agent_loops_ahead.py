@@ -220,6 +220,7 @@ def spawning(monkeypatch: pytest.MonkeyPatch) -> list[tuple[str, list[str]]]:
     from longcat_plugins.schedulers import agent_loops_ahead
 
     started: list[tuple[str, list[str]]] = []
+    monkeypatch.setattr(agent_loops_ahead, "_job", lambda: "01000000")
     monkeypatch.setattr(agent_loops_ahead, "_later", lambda cls: cls.__name__)
     monkeypatch.setattr(agent_loops_ahead, "_start", lambda cls, names: started.append((cls, names)) or list(names))
     monkeypatch.setattr(agent_loops_ahead, "_spawned", {})
@@ -298,20 +299,21 @@ def test_verls_manager_constructs_the_workers_started_ahead(monkeypatch: pytest.
 
     from longcat_plugins.schedulers import agent_loops_ahead
 
+    monkeypatch.setattr(agent_loops_ahead, "_job", lambda: "01000000")
     manager = _manager(AgentLoopWorkerTQ)
     spawned = [_Spawned(), _Spawned()]
-    monkeypatch.setitem(agent_loops_ahead._spawned, id(manager.config), spawned)
+    monkeypatch.setitem(agent_loops_ahead._spawned, id(manager.config), ("01000000", spawned))
     asyncio.run(manager._init_agent_loop_workers())
     assert manager.agent_loop_workers == spawned and id(manager.config) not in agent_loops_ahead._spawned
     assert all(w.built == (manager.config, "client", None, ["reward-0"]) for w in spawned)
 
     failing = _manager(AgentLoopWorkerTQ)
-    monkeypatch.setitem(agent_loops_ahead._spawned, id(failing.config), [_Spawned(fail=True)])
+    monkeypatch.setitem(agent_loops_ahead._spawned, id(failing.config), ("01000000", [_Spawned(fail=True)]))
     with pytest.raises(RuntimeError, match="the tokenizer is missing"):
         asyncio.run(failing._init_agent_loop_workers())
 
 
-def test_a_manager_of_other_workers_starts_its_own(monkeypatch: pytest.MonkeyPatch) -> None:
+def test_a_manager_of_other_workers_or_a_later_session_starts_its_own(monkeypatch: pytest.MonkeyPatch) -> None:
     """The hook on a stand-in for verl's module: another worker class goes to verl's own method,
     and the workers started ahead stay for the manager they were started for."""
     from longcat_plugins.schedulers import agent_loops_ahead
@@ -329,8 +331,19 @@ def test_a_manager_of_other_workers_starts_its_own(monkeypatch: pytest.MonkeyPat
     manager = AgentLoopManager()
     manager.config = OmegaConf.create({})  # type: ignore[attr-defined]
     manager.agent_loop_workers_class = object()  # type: ignore[attr-defined]
-    spawned = [_Spawned()]
-    monkeypatch.setitem(agent_loops_ahead._spawned, id(manager.config), spawned)  # type: ignore[attr-defined]
+    entry = ("01000000", [_Spawned()])
+    monkeypatch.setitem(agent_loops_ahead._spawned, id(manager.config), entry)  # type: ignore[attr-defined]
     asyncio.run(manager._init_agent_loop_workers())
-    assert verls == [manager] and spawned[0].built is None
-    assert agent_loops_ahead._spawned[id(manager.config)] is spawned  # type: ignore[attr-defined]
+    assert verls == [manager] and entry[1][0].built is None
+    assert agent_loops_ahead._spawned[id(manager.config)] is entry  # type: ignore[attr-defined]
+
+    stale = AgentLoopManager()
+    stale.config = OmegaConf.create({})  # type: ignore[attr-defined]
+    from verl.trainer.ppo.v1.agent_loop_tq import AgentLoopWorkerTQ
+
+    stale.agent_loop_workers_class = AgentLoopWorkerTQ  # type: ignore[attr-defined]
+    left = ("ff000000", [_Spawned()])  # an earlier Ray session's, whose setup failed
+    monkeypatch.setitem(agent_loops_ahead._spawned, id(stale.config), left)  # type: ignore[attr-defined]
+    monkeypatch.setattr(agent_loops_ahead, "_job", lambda: "01000000")
+    asyncio.run(stale._init_agent_loop_workers())
+    assert verls == [manager, stale] and left[1][0].built is None, "verl's own workers, not a gone cluster's"

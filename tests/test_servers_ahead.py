@@ -134,11 +134,24 @@ async def _ready(value: Any) -> Any:
     return value
 
 
-def test_a_server_started_on_another_node_than_its_workers_is_an_error_naming_the_setting() -> None:
+class _Context:
+    """Ray's runtime context, as far as ``launch_servers`` reads it, without a cluster."""
+
+    @staticmethod
+    def get_job_id() -> str:
+        return "01000000"
+
+
+def test_a_server_started_on_another_node_than_its_workers_is_an_error_naming_the_setting(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    import ray
+
+    monkeypatch.setattr(ray, "get_runtime_context", _Context)
     ahead_node, workers_node = "a" * 56, "b" * 56  # Ray's node ids: hex
     replica = HFReplica(replica_rank=0, config=rollout_config(), model_config=None)
     replica.workers = [_Worker(workers_node)]
-    HFReplica._ahead[server_name(0)] = (object(), ahead_node)
+    HFReplica._ahead[server_name(0)] = (object(), ahead_node, "01000000")
     try:
         with pytest.raises(
             RuntimeError, match=f"started ahead on node {ahead_node}.* on {workers_node}; set LONGCAT_HF_SERVERS=verl"
@@ -168,7 +181,7 @@ def test_the_server_started_ahead_is_the_one_verls_launch_loads_and_serves(local
     rollout = rollout_config()
     node = ray.get_runtime_context().get_node_id()
     HFReplica.start_ahead(0, rollout, node)
-    ((ahead, _),) = HFReplica._ahead.values()
+    ((ahead, _, _),) = HFReplica._ahead.values()
     pid = ray.get(ahead.__ray_call__.remote(lambda self: __import__("os").getpid()))
     assert ray.get(ahead.__ray_call__.remote(lambda self: hasattr(self, "model"))) is False, "no model yet"
 
@@ -180,3 +193,18 @@ def test_the_server_started_ahead_is_the_one_verls_launch_loads_and_serves(local
     assert ray.get(server.__ray_call__.remote(lambda self: __import__("os").getpid())) == pid
     out = ray.get(server.generate.remote([1, 2, 3], {"max_tokens": 3, "temperature": 0.0}, request_id="r"))
     assert len(out.token_ids) == 3, out
+
+
+@pytest.mark.slow
+@pytest.mark.ray
+def test_a_server_left_by_an_earlier_ray_session_is_not_used(local_ray: None, tiny: Assets) -> None:
+    """A setup that failed after starting its servers leaves them behind in this process's table;
+    a later session's launch starts its own instead of calling a handle of a cluster that is gone."""
+    import ray
+
+    HFReplica._ahead[server_name(0)] = (object(), ray.get_runtime_context().get_node_id(), "ff000000")
+    replica = HFReplica(replica_rank=0, config=rollout_config(), model_config={"local_path": str(tiny.model)})
+    asyncio.run(replica.launch_servers())
+    assert HFReplica._ahead == {}
+    out = ray.get(replica.server_handle.generate.remote([1, 2], {"max_tokens": 2, "temperature": 0.0}, request_id="r"))
+    assert len(out.token_ids) == 2

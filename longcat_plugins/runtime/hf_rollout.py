@@ -600,8 +600,8 @@ class HFReplica(RolloutReplica):
     still being built: the process imports torch, transformers and verl before it can load
     anything); :meth:`launch_servers` then loads the model in it instead of starting another."""
 
-    #: server name -> (the server started ahead, its node)
-    _ahead: ClassVar[dict[str, tuple[Any, str]]] = {}
+    #: server name -> (the server started ahead, its node, the Ray job that started it)
+    _ahead: ClassVar[dict[str, tuple[Any, str, str]]] = {}
 
     def _options(self, node_id: str | None) -> dict[str, Any]:
         name = server_name(self.replica_rank, 0, self.name_suffix)
@@ -619,14 +619,17 @@ class HFReplica(RolloutReplica):
         replica = cls(replica_rank=replica_rank, config=config, model_config=None)
         options = replica._options(node_id)
         if options["name"] not in cls._ahead:
-            cls._ahead[options["name"]] = (ray.remote(HFServer).options(**options).remote(), node_id)
+            server = ray.remote(HFServer).options(**options).remote()
+            cls._ahead[options["name"]] = (server, node_id, ray.get_runtime_context().get_job_id())
 
     async def launch_servers(self) -> None:
         node_id = None
         if self.workers:
             node_id = await self.workers[0].__ray_call__.remote(lambda self: ray.get_runtime_context().get_node_id())
         options = self._options(node_id)
-        ahead, ahead_node = HFReplica._ahead.pop(options["name"], (None, None))
+        ahead, ahead_node, job = HFReplica._ahead.pop(options["name"], (None, None, None))
+        if job != ray.get_runtime_context().get_job_id():  # an earlier Ray session's (its setup failed)
+            ahead = None
         if ahead is not None and node_id not in (None, ahead_node):  # started ahead on a one-node cluster only
             raise RuntimeError(
                 f"hf rollout: {options['name']} was started ahead on node {ahead_node}, but replica "

@@ -130,6 +130,12 @@ def _later(verl_cls: type) -> Any:
     return ray.remote(type(verl_cls.__name__, (_Later, verl_cls), {"__qualname__": verl_cls.__qualname__}))
 
 
+def _job() -> str:
+    import ray
+
+    return ray.get_runtime_context().get_job_id()
+
+
 def _start(actor_cls: Any, names: list[str]) -> list[Any]:
     """One actor per name, round-robin over the nodes with CPUs, as verl's managers place them."""
     import ray
@@ -146,8 +152,9 @@ def _start(actor_cls: Any, names: list[str]) -> list[Any]:
     ]
 
 
-#: ``id(config)`` -> agent-loop worker processes started for that run, not yet constructed
-_spawned: dict[int, list[Any]] = {}
+#: ``id(config)`` -> (the Ray job, the agent-loop worker processes it started for that run, not
+#: yet constructed)
+_spawned: dict[int, tuple[str, list[Any]]] = {}
 
 
 def spawn_workers(trainer: Any) -> int:
@@ -164,7 +171,7 @@ def spawn_workers(trainer: Any) -> int:
         return 0
     count = int(config.actor_rollout_ref.rollout.agent.num_workers)
     names = [f"agent_loop_worker_{i}_{uuid.uuid4().hex[:8]}" for i in range(count)]
-    _spawned[id(config)] = _start(_later(AgentLoopWorkerTQ.__ray_actor_class__), names)
+    _spawned[id(config)] = (_job(), _start(_later(AgentLoopWorkerTQ.__ray_actor_class__), names))
     print(SPAWNED, flush=True)
     return count
 
@@ -254,8 +261,10 @@ def _hook_manager_workers(module: ModuleType) -> None:
 
         from verl.trainer.ppo.v1.agent_loop_tq import AgentLoopWorkerTQ
 
-        spawned = _spawned.pop(id(self.config), None) if self.agent_loop_workers_class is AgentLoopWorkerTQ else None
-        if spawned is None:
+        job, spawned = (None, None)
+        if self.agent_loop_workers_class is AgentLoopWorkerTQ:
+            job, spawned = _spawned.pop(id(self.config), (None, None))
+        if spawned is None or job != _job():  # none, or an earlier Ray session's (its setup failed)
             return await original(self)
         args = (self.config, self.llm_client, self.teacher_client, self.reward_loop_worker_handles)
         await asyncio.gather(*[worker.longcat_construct.remote(*args) for worker in spawned])
