@@ -200,7 +200,7 @@ def test_an_awaiting_caller_still_gets_verls_coroutine(monkeypatch: pytest.Monke
 
 
 def test_a_worker_built_later_runs_its_own_init_only_when_constructed() -> None:
-    from longcat_plugins.schedulers.agent_loops_ahead import _Later
+    from longcat_plugins.runtime.later import Later as _Later
 
     class Worker:
         def __init__(self, config: str, client: str) -> None:
@@ -220,8 +220,8 @@ def spawning(monkeypatch: pytest.MonkeyPatch) -> list[tuple[str, list[str]]]:
     from longcat_plugins.schedulers import agent_loops_ahead
 
     started: list[tuple[str, list[str]]] = []
-    monkeypatch.setattr(agent_loops_ahead, "_job", lambda: "01000000")
-    monkeypatch.setattr(agent_loops_ahead, "_later", lambda cls: cls.__name__)
+    monkeypatch.setattr(agent_loops_ahead, "ray_job", lambda: "01000000")
+    monkeypatch.setattr(agent_loops_ahead, "later", lambda cls: cls.__name__)
     monkeypatch.setattr(agent_loops_ahead, "_start", lambda cls, names: started.append((cls, names)) or list(names))
     monkeypatch.setattr(agent_loops_ahead, "_spawned", {})
     monkeypatch.delenv(ENV_AGENT_LOOPS, raising=False)
@@ -299,7 +299,7 @@ def test_verls_manager_constructs_the_workers_started_ahead(monkeypatch: pytest.
 
     from longcat_plugins.schedulers import agent_loops_ahead
 
-    monkeypatch.setattr(agent_loops_ahead, "_job", lambda: "01000000")
+    monkeypatch.setattr(agent_loops_ahead, "ray_job", lambda: "01000000")
     manager = _manager(AgentLoopWorkerTQ)
     spawned = [_Spawned(), _Spawned()]
     monkeypatch.setitem(agent_loops_ahead._spawned, id(manager.config), ("01000000", spawned))
@@ -344,6 +344,6 @@ def test_a_manager_of_other_workers_or_a_later_session_starts_its_own(monkeypatc
     stale.agent_loop_workers_class = AgentLoopWorkerTQ  # type: ignore[attr-defined]
     left = ("ff000000", [_Spawned()])  # an earlier Ray session's, whose setup failed
     monkeypatch.setitem(agent_loops_ahead._spawned, id(stale.config), left)  # type: ignore[attr-defined]
-    monkeypatch.setattr(agent_loops_ahead, "_job", lambda: "01000000")
+    monkeypatch.setattr(agent_loops_ahead, "ray_job", lambda: "01000000")
     asyncio.run(stale._init_agent_loop_workers())
     assert verls == [manager, stale] and left[1][0].built is None, "verl's own workers, not a gone cluster's"

@@ -18,6 +18,17 @@ from longcat_plugins.runtime import moved
 moved.install()  # the learning kit's old paths (longcat_plugins.runtime.assets, ...) for one release
 
 HF_ROLLOUT = "hf"
+
+
+def env_choice(variable: str, value: str | None, choices: tuple[str, ...]) -> str:
+    """The value of a runtime environment variable with fixed ``choices`` (empty: the first); a
+    bad value names the variable and the choices."""
+    value = (value or "").strip() or choices[0]
+    if value not in choices:
+        raise ValueError(f"{variable}: expected one of {', '.join(choices)}, got {value!r}")
+    return value
+
+
 HF_ADAPTER = "longcat_plugins.runtime.hf_rollout.HFServerAdapter"
 
 

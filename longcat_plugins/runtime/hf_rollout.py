@@ -44,6 +44,8 @@ from verl.workers.rollout.base import BaseRollout
 from verl.workers.rollout.replica import RolloutReplica, TokenOutput
 from verl.workers.rollout.utils import ensure_async_iterator
 
+from longcat_plugins.runtime.later import later, ray_job
+
 logger = logging.getLogger(__name__)
 
 SERVER_PREFIX = "hf_server"
@@ -93,15 +95,7 @@ def _cfg(obj: Any, key: str, default: Any = None) -> Any:
 class HFServer:
     """A transformers model behind verl's rollout-server interface (one Ray actor)."""
 
-    def __init__(
-        self, config: Any = None, model_config: Any = None, replica_rank: int = 0, max_batch_size: int = 64
-    ) -> None:
-        """Load the model now; without ``config`` the process only starts (a server started ahead,
-        :meth:`HFReplica.start_ahead`), and :meth:`load` is its first call."""
-        if config is not None:
-            self.load(config, model_config, replica_rank, max_batch_size)
-
-    def load(self, config: Any, model_config: Any, replica_rank: int = 0, max_batch_size: int = 64) -> None:
+    def __init__(self, config: Any, model_config: Any, replica_rank: int = 0, max_batch_size: int = 64) -> None:
         from transformers import AutoModelForCausalLM
 
         self.config = config
@@ -598,7 +592,8 @@ class HFReplica(RolloutReplica):
 
     A server's process can be started ahead (:meth:`start_ahead`, while the trainer's engines are
     still being built: the process imports torch, transformers and verl before it can load
-    anything); :meth:`launch_servers` then loads the model in it instead of starting another."""
+    anything; :func:`~longcat_plugins.runtime.later.later`); :meth:`launch_servers` then constructs
+    the server, which loads the model, in that process instead of starting another."""
 
     #: server name -> (the server started ahead, its node, the Ray job that started it)
     _ahead: ClassVar[dict[str, tuple[Any, str, str]]] = {}
@@ -619,8 +614,8 @@ class HFReplica(RolloutReplica):
         replica = cls(replica_rank=replica_rank, config=config, model_config=None)
         options = replica._options(node_id)
         if options["name"] not in cls._ahead:
-            server = ray.remote(HFServer).options(**options).remote()
-            cls._ahead[options["name"]] = (server, node_id, ray.get_runtime_context().get_job_id())
+            server = later(HFServer).options(**options).remote()
+            cls._ahead[options["name"]] = (server, node_id, ray_job())
 
     async def launch_servers(self) -> None:
         node_id = None
@@ -628,7 +623,7 @@ class HFReplica(RolloutReplica):
             node_id = await self.workers[0].__ray_call__.remote(lambda self: ray.get_runtime_context().get_node_id())
         options = self._options(node_id)
         ahead, ahead_node, job = HFReplica._ahead.pop(options["name"], (None, None, None))
-        if job != ray.get_runtime_context().get_job_id():  # an earlier Ray session's (its setup failed)
+        if job != ray_job():  # an earlier Ray session's (its setup failed)
             ahead = None
         if ahead is not None and node_id not in (None, ahead_node):  # started ahead on a one-node cluster only
             raise RuntimeError(
@@ -637,7 +632,9 @@ class HFReplica(RolloutReplica):
             )
         if ahead is not None:
             server = ahead
-            await server.load.remote(config=self.config, model_config=self.model_config, replica_rank=self.replica_rank)
+            await server.longcat_construct.remote(
+                config=self.config, model_config=self.model_config, replica_rank=self.replica_rank
+            )
         else:
             server = (
                 ray.remote(HFServer)

@@ -25,6 +25,8 @@ from collections.abc import Callable
 from types import ModuleType
 from typing import Any
 
+from longcat_plugins.runtime import env_choice
+
 #: ``driver`` (default: the TaskRunner runs in the driver when it starts the cluster) or ``actor``
 ENV_TASK_RUNNER = "LONGCAT_TASK_RUNNER"
 CHOICES = ("driver", "actor")
@@ -34,10 +36,7 @@ STARTED = "longcat-plugins: {name} runs in the driver process"
 
 def task_runner_mode(value: str | None) -> str:
     """The ``LONGCAT_TASK_RUNNER`` choice (empty: ``driver``); a bad value names the choices."""
-    value = (value or "").strip() or "driver"
-    if value not in CHOICES:
-        raise ValueError(f"{ENV_TASK_RUNNER}: expected one of {', '.join(CHOICES)}, got {value!r}")
-    return value
+    return env_choice(ENV_TASK_RUNNER, value, CHOICES)
 
 
 class _Method:

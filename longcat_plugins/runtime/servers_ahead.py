@@ -27,6 +27,7 @@ from typing import Any
 from omegaconf import DictConfig
 
 from longcat_plugins.import_hooks import when_imported
+from longcat_plugins.runtime import env_choice
 
 logger = logging.getLogger(__name__)
 
@@ -39,10 +40,7 @@ STARTED = "longcat-plugins: hf rollout servers start beside the trainer's engine
 
 def hf_servers_mode(value: str | None) -> str:
     """The ``LONGCAT_HF_SERVERS`` choice (empty: ``ahead``); a bad value names the choices."""
-    value = (value or "").strip() or "ahead"
-    if value not in CHOICES:
-        raise ValueError(f"{ENV_HF_SERVERS}: expected one of {', '.join(CHOICES)}, got {value!r}")
-    return value
+    return env_choice(ENV_HF_SERVERS, value, CHOICES)
 
 
 def hybrid_replica_count(config: DictConfig, actor_world_size: int, hybrid: bool) -> int | None:

@@ -9,8 +9,8 @@ than the next on this project's 2-core machine, 24-29 s on the lent H100). Two m
 where the result is what verl would build:
 
 - **The workers' processes start when the trainer sizes its resource pools** (:func:`spawn_workers`),
-  beside the worker group's: verl's own worker class built without arguments, which only imports
-  its modules; verl's ``AgentLoopManager._init_agent_loop_workers`` later constructs those
+  beside the worker group's: verl's own worker class built without arguments
+  (:func:`~longcat_plugins.runtime.later.later`), which only imports its modules; verl's ``AgentLoopManager._init_agent_loop_workers`` later constructs those
   processes with the arguments it has (:func:`_hook_manager_workers`) instead of starting new
   ones. Under any v1 trainer, for a recipe whose manager is verl's v1 default or
   :class:`PrestartedAgentLoopManager` (they build verl's ``AgentLoopWorkerTQ``).
@@ -40,6 +40,8 @@ from types import ModuleType
 from typing import Any
 
 from longcat_plugins.import_hooks import when_imported
+from longcat_plugins.runtime import env_choice
+from longcat_plugins.runtime.later import later, ray_job
 
 logger = logging.getLogger(__name__)
 
@@ -57,10 +59,7 @@ _building = threading.local()
 
 def agent_loops_mode(value: str | None) -> str:
     """The ``LONGCAT_AGENT_LOOPS`` choice (empty: ``ahead``); a bad value names the choices."""
-    value = (value or "").strip() or "ahead"
-    if value not in CHOICES:
-        raise ValueError(f"{ENV_AGENT_LOOPS}: expected one of {', '.join(CHOICES)}, got {value!r}")
-    return value
+    return env_choice(ENV_AGENT_LOOPS, value, CHOICES)
 
 
 def _ahead_wanted() -> bool:
@@ -109,33 +108,6 @@ def _builds_verl_workers(config: Any) -> bool:
     return getattr(manager_cls, "ungated", manager_cls) in (AgentLoopManagerTQ, PrestartedAgentLoopManager)
 
 
-class _Later:
-    """Mixed in before a worker class: built without arguments, the actor only starts its process
-    (which imports the class's modules); :meth:`longcat_construct` then runs the class's own
-    ``__init__`` with the arguments its manager has by then."""
-
-    def __init__(self, *args: Any, **kwargs: Any) -> None:
-        if args or kwargs:
-            super().__init__(*args, **kwargs)
-
-    def longcat_construct(self, *args: Any, **kwargs: Any) -> None:
-        super().__init__(*args, **kwargs)
-
-
-def _later(verl_cls: type) -> Any:
-    """``verl_cls`` as a Ray actor class that can be built before its arguments exist (same name
-    in Ray's logs)."""
-    import ray
-
-    return ray.remote(type(verl_cls.__name__, (_Later, verl_cls), {"__qualname__": verl_cls.__qualname__}))
-
-
-def _job() -> str:
-    import ray
-
-    return ray.get_runtime_context().get_job_id()
-
-
 def _start(actor_cls: Any, names: list[str]) -> list[Any]:
     """One actor per name, round-robin over the nodes with CPUs, as verl's managers place them."""
     import ray
@@ -171,7 +143,7 @@ def spawn_workers(trainer: Any) -> int:
         return 0
     count = int(config.actor_rollout_ref.rollout.agent.num_workers)
     names = [f"agent_loop_worker_{i}_{uuid.uuid4().hex[:8]}" for i in range(count)]
-    _spawned[id(config)] = (_job(), _start(_later(AgentLoopWorkerTQ.__ray_actor_class__), names))
+    _spawned[id(config)] = (ray_job(), _start(later(AgentLoopWorkerTQ.__ray_actor_class__), names))
     print(SPAWNED, flush=True)
     return count
 
@@ -264,7 +236,7 @@ def _hook_manager_workers(module: ModuleType) -> None:
         job, spawned = (None, None)
         if self.agent_loop_workers_class is AgentLoopWorkerTQ:
             job, spawned = _spawned.pop(id(self.config), (None, None))
-        if spawned is None or job != _job():  # none, or an earlier Ray session's (its setup failed)
+        if spawned is None or job != ray_job():  # none, or an earlier Ray session's (its setup failed)
             return await original(self)
         args = (self.config, self.llm_client, self.teacher_client, self.reward_loop_worker_handles)
         await asyncio.gather(*[worker.longcat_construct.remote(*args) for worker in spawned])
