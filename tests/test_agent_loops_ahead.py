@@ -251,6 +251,18 @@ def test_the_workers_processes_start_once_named_as_verl_names_them(
     assert agent_loops_ahead.SPAWNED in capsys.readouterr().out
 
 
+def test_a_bad_mode_raises_in_a_process_the_hydra_callback_did_not_check(
+    spawning: list[tuple[str, list[str]]], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Another entry point than main_ppo gets the same error, not verl's order in silence."""
+    from longcat_plugins.schedulers import agent_loops_ahead
+
+    monkeypatch.setenv(ENV_AGENT_LOOPS, "early")
+    with pytest.raises(ValueError, match="LONGCAT_AGENT_LOOPS: expected one of ahead, verl, got 'early'"):
+        agent_loops_ahead.spawn_workers(_sized(None))
+    assert spawning == []
+
+
 @pytest.mark.parametrize("why", ["LONGCAT_AGENT_LOOPS=verl", "a recipe's manager of its own"])
 def test_no_worker_starts_ahead_where_verls_manager_would_not_build_verls_workers(
     why: str, spawning: list[tuple[str, list[str]]], monkeypatch: pytest.MonkeyPatch

@@ -63,11 +63,9 @@ def agent_loops_mode(value: str | None) -> str:
 
 
 def _ahead_wanted() -> bool:
-    try:
-        return agent_loops_mode(os.environ.get(ENV_AGENT_LOOPS)) == "ahead"
-    except ValueError:  # the driver's hydra callback stops a run with this before Ray starts
-        logger.error("longcat-plugins: %s; agent-loop workers start in verl's order", sys.exc_info()[1])
-        return False
+    """Whether to start ahead; a bad value raises here too (the driver's Hydra callback exits 2
+    with it before Ray starts; another entry point gets the same error, never verl's order)."""
+    return agent_loops_mode(os.environ.get(ENV_AGENT_LOOPS)) == "ahead"
 
 
 def _manager_class(config: Any) -> tuple[type, str | None]:
