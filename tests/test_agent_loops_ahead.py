@@ -251,6 +251,20 @@ def test_the_workers_processes_start_once_named_as_verl_names_them(
     assert agent_loops_ahead.SPAWNED in capsys.readouterr().out
 
 
+def test_an_earlier_sessions_entry_under_a_reused_config_id_does_not_stop_this_runs(
+    spawning: list[tuple[str, list[str]]],
+) -> None:
+    """A failed setup's entry, left under the id a new run's config happens to reuse, is dropped:
+    this run's workers still start ahead, and its manager gets them, not the dead ones."""
+    from longcat_plugins.schedulers import agent_loops_ahead
+
+    trainer = _sized(None)
+    agent_loops_ahead._spawned[id(trainer.config)] = ("ff000000", ["dead"])
+    assert agent_loops_ahead.spawn_workers(trainer) == 2
+    job, workers = agent_loops_ahead._spawned[id(trainer.config)]
+    assert job == "01000000" and workers == spawning[0][1] and "dead" not in workers
+
+
 def test_a_bad_mode_raises_in_a_process_the_hydra_callback_did_not_check(
     spawning: list[tuple[str, list[str]]], monkeypatch: pytest.MonkeyPatch
 ) -> None:

@@ -137,8 +137,12 @@ def spawn_workers(trainer: Any) -> int:
     from verl.trainer.ppo.v1.agent_loop_tq import AgentLoopWorkerTQ
 
     config = trainer.config
-    if not _ahead_wanted() or not _builds_verl_workers(config) or id(config) in _spawned:
+    if not _ahead_wanted() or not _builds_verl_workers(config):
         return 0
+    if id(config) in _spawned:
+        if _spawned[id(config)][0] == ray_job():
+            return 0  # once per run
+        del _spawned[id(config)]  # an earlier Ray session's, whose config id was reused
     count = int(config.actor_rollout_ref.rollout.agent.num_workers)
     names = [f"agent_loop_worker_{i}_{uuid.uuid4().hex[:8]}" for i in range(count)]
     _spawned[id(config)] = (ray_job(), _start(later(AgentLoopWorkerTQ.__ray_actor_class__), names))
