@@ -321,6 +321,30 @@ def test_the_tool_evidence_stays_absent_when_its_component_is_idle() -> None:
         components_active([], ["tool_rubrik"])
 
 
+def test_self_verification_acted_when_it_trained_or_judged_every_verdict_right() -> None:
+    """Online filtering drops all-correct verification groups: a phase whose verdicts were all
+    right trained nothing and still acted. A constant verdict (half right on the pairs a phase
+    shows), or a phase whose groups were all dropped otherwise, did not."""
+    from longcat_plugins.evaluation.system import components_active
+
+    sv = "longcat/selfverify/"
+    trained = {sv + "verify_samples": 4.0, sv + "verify_filtered": 4.0, sv + "verify_accuracy": 0.75}
+    all_right = {sv + "verify_samples": 0.0, sv + "verify_filtered": 16.0, sv + "verify_accuracy": 1.0}
+    constant = {sv + "verify_samples": 0.0, sv + "verify_filtered": 16.0, sv + "verify_accuracy": 0.5}
+    idle = {sv + "phase": 0.0, sv + "pool": 128.0}
+    for steps, acted in [
+        ([idle, trained], True),
+        ([idle, all_right], True),
+        ([idle, constant], False),
+        ([idle], False),
+    ]:
+        assert components_active(steps, ["selfverify"]) == (["selfverify"] if acted else []), steps
+    rubric = {"longcat/reward/scored/tool_rubric": 8.0}
+    assert components_active([{**rubric, **all_right}], ["selfverify_tool"]) == ["selfverify_tool"]
+    assert components_active([{**rubric, **constant}], ["selfverify_tool"]) == []
+    assert components_active([rubric, all_right], ["selfverify_tool"]) == [], "another step than the episodes'"
+
+
 @pytest.mark.parametrize(
     ("args", "expect"),
     [

@@ -52,6 +52,20 @@ def _routes(n: int) -> Callable[[Steps], bool]:
     return check
 
 
+def _verified(steps: Steps) -> bool:
+    """Some step trained verification samples, or judged them all right (online filtering drops
+    such all-correct groups: no signal is left, and the phase ends as learned). A constant
+    verdict is right on half of the pairs a phase shows, never on all of them."""
+    prefix = "longcat/selfverify/"
+
+    def verified(s: Mapping[str, Any]) -> bool:
+        trained = float(s.get(prefix + "verify_samples", 0.0) or 0.0)
+        filtered = float(s.get(prefix + "verify_filtered", 0.0) or 0.0)
+        return trained > 0.0 or (filtered > 0.0 and float(s.get(prefix + "verify_accuracy", 0.0) or 0.0) == 1.0)
+
+    return any(verified(s) for s in steps)
+
+
 #: component -> what in the run's metrics shows it acted
 EVIDENCE: dict[str, tuple[str, Callable[[Steps], bool]]] = {
     "dora": ("a replica held two weights versions at once", _at_least("dora/versions_held/max", 2.0)),
@@ -69,7 +83,7 @@ EVIDENCE: dict[str, tuple[str, Callable[[Steps], bool]]] = {
     ),
     "oversampling": ("a prompt was split into groups", _at_least("longcat/data/plan/groups_per_task/max", 2.0)),
     "curriculum": ("the curriculum advanced a level", _positive("longcat/data/curriculum/advanced")),
-    "selfverify": ("verification prompts were trained", _positive("longcat/selfverify/verify_samples")),
+    "selfverify": ("verification prompts were trained, or all judged right", _verified),
     "reward_router": ("samples were scored by two routed rewards", _routes(2)),
 }
 
@@ -80,16 +94,16 @@ def _together(*checks: Callable[[Steps], bool]) -> Callable[[Steps], bool]:
 
 
 #: what only the tool variant has: its episodes scored by their rubric through the reward manager
-#: (the ``tool_rubric`` route), and verification samples trained in a step whose episodes were
-#: rubric-scored (the truth the verdicts are paid against is that rubric score)
+#: (the ``tool_rubric`` route), and verification samples trained (or all judged right) in a step
+#: whose episodes were rubric-scored (the truth the verdicts are paid against is that rubric score)
 TOOL_EVIDENCE: dict[str, tuple[str, Callable[[Steps], bool]]] = {
     "tool_rubric": (
         "tool episodes were scored by their rubric through the router",
         _positive("longcat/reward/scored/tool_rubric"),
     ),
     "selfverify_tool": (
-        "verification samples were trained beside rubric-scored episodes",
-        _together(_positive("longcat/selfverify/verify_samples"), _positive("longcat/reward/scored/tool_rubric")),
+        "verification samples were trained, or all judged right, beside rubric-scored episodes",
+        _together(_verified, _positive("longcat/reward/scored/tool_rubric")),
     ),
 }
 #: the components of the tool variant, in order
