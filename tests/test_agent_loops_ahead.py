@@ -15,6 +15,7 @@ from typing import Any
 import pytest
 from omegaconf import OmegaConf
 
+from longcat_plugins.runtime import later
 from longcat_plugins.schedulers.agent_loops_ahead import ENV_AGENT_LOOPS, STARTED, agent_loops_mode
 
 MANAGER_KEY = "actor_rollout_ref.rollout.agent.agent_loop_manager_class"
@@ -199,6 +200,19 @@ def test_an_awaiting_caller_still_gets_verls_coroutine(monkeypatch: pytest.Monke
     assert isinstance(manager, AgentLoopManagerTQ) and fakes.managers == [manager]
 
 
+def test_what_was_started_ahead_is_handed_out_to_its_own_ray_job_only(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The table both start-up moves keep (the hf servers', the agent-loop workers'): another Ray
+    session's entry is never taken and does not stop this session's start under the same key."""
+    table = later.StartedAhead()
+    monkeypatch.setattr(later, "ray_job", lambda: "ff000000")
+    table.put("hf_server_0", "gone", "node")
+    monkeypatch.setattr(later, "ray_job", lambda: "01000000")
+    assert not table.holds("hf_server_0") and table.take("hf_server_0") is None and not table
+    table["hf_server_0"] = ("gone", "node", "ff000000")
+    table.put("hf_server_0", "live", "node")
+    assert table.holds("hf_server_0") and table.take("hf_server_0") == ("live", "node") and not table
+
+
 def test_a_worker_built_later_runs_its_own_init_only_when_constructed() -> None:
     from longcat_plugins.runtime.later import Later as _Later
 
@@ -220,10 +234,10 @@ def spawning(monkeypatch: pytest.MonkeyPatch) -> list[tuple[str, list[str]]]:
     from longcat_plugins.schedulers import agent_loops_ahead
 
     started: list[tuple[str, list[str]]] = []
-    monkeypatch.setattr(agent_loops_ahead, "ray_job", lambda: "01000000")
+    monkeypatch.setattr(later, "ray_job", lambda: "01000000")
     monkeypatch.setattr(agent_loops_ahead, "later", lambda cls: cls.__name__)
     monkeypatch.setattr(agent_loops_ahead, "_start", lambda cls, names: started.append((cls, names)) or list(names))
-    monkeypatch.setattr(agent_loops_ahead, "_spawned", {})
+    monkeypatch.setattr(agent_loops_ahead, "_spawned", later.StartedAhead())
     monkeypatch.delenv(ENV_AGENT_LOOPS, raising=False)
     return started
 
@@ -259,9 +273,9 @@ def test_an_earlier_sessions_entry_under_a_reused_config_id_does_not_stop_this_r
     from longcat_plugins.schedulers import agent_loops_ahead
 
     trainer = _sized(None)
-    agent_loops_ahead._spawned[id(trainer.config)] = ("ff000000", ["dead"])
+    agent_loops_ahead._spawned[id(trainer.config)] = (["dead"], "ff000000")
     assert agent_loops_ahead.spawn_workers(trainer) == 2
-    job, workers = agent_loops_ahead._spawned[id(trainer.config)]
+    workers, job = agent_loops_ahead._spawned[id(trainer.config)]
     assert job == "01000000" and workers == spawning[0][1] and "dead" not in workers
 
 
@@ -325,16 +339,16 @@ def test_verls_manager_constructs_the_workers_started_ahead(monkeypatch: pytest.
 
     from longcat_plugins.schedulers import agent_loops_ahead
 
-    monkeypatch.setattr(agent_loops_ahead, "ray_job", lambda: "01000000")
+    monkeypatch.setattr(later, "ray_job", lambda: "01000000")
     manager = _manager(AgentLoopWorkerTQ)
     spawned = [_Spawned(), _Spawned()]
-    monkeypatch.setitem(agent_loops_ahead._spawned, id(manager.config), ("01000000", spawned))
+    monkeypatch.setitem(agent_loops_ahead._spawned, id(manager.config), (spawned, "01000000"))
     asyncio.run(manager._init_agent_loop_workers())
     assert manager.agent_loop_workers == spawned and id(manager.config) not in agent_loops_ahead._spawned
     assert all(w.built == (manager.config, "client", None, ["reward-0"]) for w in spawned)
 
     failing = _manager(AgentLoopWorkerTQ)
-    monkeypatch.setitem(agent_loops_ahead._spawned, id(failing.config), ("01000000", [_Spawned(fail=True)]))
+    monkeypatch.setitem(agent_loops_ahead._spawned, id(failing.config), ([_Spawned(fail=True)], "01000000"))
     with pytest.raises(RuntimeError, match="the tokenizer is missing"):
         asyncio.run(failing._init_agent_loop_workers())
 
@@ -357,10 +371,10 @@ def test_a_manager_of_other_workers_or_a_later_session_starts_its_own(monkeypatc
     manager = AgentLoopManager()
     manager.config = OmegaConf.create({})  # type: ignore[attr-defined]
     manager.agent_loop_workers_class = object()  # type: ignore[attr-defined]
-    entry = ("01000000", [_Spawned()])
+    entry = ([_Spawned()], "01000000")
     monkeypatch.setitem(agent_loops_ahead._spawned, id(manager.config), entry)  # type: ignore[attr-defined]
     asyncio.run(manager._init_agent_loop_workers())
-    assert verls == [manager] and entry[1][0].built is None
+    assert verls == [manager] and entry[0][0].built is None
     assert agent_loops_ahead._spawned[id(manager.config)] is entry  # type: ignore[attr-defined]
 
     stale = AgentLoopManager()
@@ -368,8 +382,8 @@ def test_a_manager_of_other_workers_or_a_later_session_starts_its_own(monkeypatc
     from verl.trainer.ppo.v1.agent_loop_tq import AgentLoopWorkerTQ
 
     stale.agent_loop_workers_class = AgentLoopWorkerTQ  # type: ignore[attr-defined]
-    left = ("ff000000", [_Spawned()])  # an earlier Ray session's, whose setup failed
+    left = ([_Spawned()], "ff000000")  # an earlier Ray session's, whose setup failed
     monkeypatch.setitem(agent_loops_ahead._spawned, id(stale.config), left)  # type: ignore[attr-defined]
-    monkeypatch.setattr(agent_loops_ahead, "ray_job", lambda: "01000000")
+    monkeypatch.setattr(later, "ray_job", lambda: "01000000")
     asyncio.run(stale._init_agent_loop_workers())
-    assert verls == [manager, stale] and left[1][0].built is None, "verl's own workers, not a gone cluster's"
+    assert verls == [manager, stale] and left[0][0].built is None, "verl's own workers, not a gone cluster's"

@@ -27,9 +27,14 @@ def _prefix(prefix: str) -> Callable[[Steps], bool]:
     return lambda steps: any(k.startswith(prefix) for s in steps for k in s)
 
 
+def _value(step: Mapping[str, Any], key: str) -> float:
+    """The metric in one step; absent or null: 0."""
+    return float(step.get(key, 0.0) or 0.0)
+
+
 def _positive(key: str) -> Callable[[Steps], bool]:
     """The metric was above zero in some step."""
-    return lambda steps: any(float(s.get(key, 0.0) or 0.0) > 0.0 for s in steps)
+    return lambda steps: any(_value(s, key) > 0.0 for s in steps)
 
 
 def _spread(high: str, low: str) -> Callable[[Steps], bool]:
@@ -38,7 +43,7 @@ def _spread(high: str, low: str) -> Callable[[Steps], bool]:
 
 
 def _at_least(key: str, value: float) -> Callable[[Steps], bool]:
-    return lambda steps: any(float(s.get(key, 0.0) or 0.0) >= value for s in steps)
+    return lambda steps: any(_value(s, key) >= value for s in steps)
 
 
 def _routes(n: int) -> Callable[[Steps], bool]:
@@ -56,14 +61,12 @@ def _verified(steps: Steps) -> bool:
     """Some step trained verification samples, or judged them all right (online filtering drops
     such all-correct groups: no signal is left, and the phase ends as learned). A constant
     verdict is right on half of the pairs a phase shows, never on all of them."""
-    prefix = "longcat/selfverify/"
-
-    def verified(s: Mapping[str, Any]) -> bool:
-        trained = float(s.get(prefix + "verify_samples", 0.0) or 0.0)
-        filtered = float(s.get(prefix + "verify_filtered", 0.0) or 0.0)
-        return trained > 0.0 or (filtered > 0.0 and float(s.get(prefix + "verify_accuracy", 0.0) or 0.0) == 1.0)
-
-    return any(verified(s) for s in steps)
+    sv = "longcat/selfverify/"
+    return any(
+        _value(s, sv + "verify_samples") > 0.0
+        or (_value(s, sv + "verify_filtered") > 0.0 and _value(s, sv + "verify_accuracy") == 1.0)
+        for s in steps
+    )
 
 
 #: component -> what in the run's metrics shows it acted

@@ -44,7 +44,7 @@ from verl.workers.rollout.base import BaseRollout
 from verl.workers.rollout.replica import RolloutReplica, TokenOutput
 from verl.workers.rollout.utils import ensure_async_iterator
 
-from longcat_plugins.runtime.later import later, ray_job
+from longcat_plugins.runtime.later import StartedAhead, later
 
 logger = logging.getLogger(__name__)
 
@@ -596,7 +596,7 @@ class HFReplica(RolloutReplica):
     the server, which loads the model, in that process instead of starting another."""
 
     #: server name -> (the server started ahead, its node, the Ray job that started it)
-    _ahead: ClassVar[dict[str, tuple[Any, str, str]]] = {}
+    _ahead: ClassVar[StartedAhead] = StartedAhead()
 
     def _options(self, node_id: str | None) -> dict[str, Any]:
         name = server_name(self.replica_rank, 0, self.name_suffix)
@@ -613,18 +613,15 @@ class HFReplica(RolloutReplica):
         (sized from the same rollout ``config`` verl's replica will get)."""
         replica = cls(replica_rank=replica_rank, config=config, model_config=None)
         options = replica._options(node_id)
-        if options["name"] not in cls._ahead:
-            server = later(HFServer).options(**options).remote()
-            cls._ahead[options["name"]] = (server, node_id, ray_job())
+        if not cls._ahead.holds(options["name"]):
+            cls._ahead.put(options["name"], later(HFServer).options(**options).remote(), node_id)
 
     async def launch_servers(self) -> None:
         node_id = None
         if self.workers:
             node_id = await self.workers[0].__ray_call__.remote(lambda self: ray.get_runtime_context().get_node_id())
         options = self._options(node_id)
-        ahead, ahead_node, job = HFReplica._ahead.pop(options["name"], (None, None, None))
-        if job != ray_job():  # an earlier Ray session's (its setup failed)
-            ahead = None
+        ahead, ahead_node = HFReplica._ahead.take(options["name"]) or (None, None)
         if ahead is not None and node_id not in (None, ahead_node):  # started ahead on a one-node cluster only
             raise RuntimeError(
                 f"hf rollout: {options['name']} was started ahead on node {ahead_node}, but replica "

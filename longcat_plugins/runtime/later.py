@@ -11,6 +11,7 @@ workers (:mod:`~longcat_plugins.schedulers.agent_loops_ahead`).
 
 from __future__ import annotations
 
+from collections.abc import Hashable
 from typing import Any
 
 
@@ -40,3 +41,22 @@ def ray_job() -> str:
     import ray
 
     return ray.get_runtime_context().get_job_id()
+
+
+class StartedAhead(dict[Hashable, tuple[Any, ...]]):
+    """What this process started ahead, by key: ``key -> (*what, the Ray job it was started in)``.
+    An entry of an earlier Ray session in the same process (a setup that failed) is never handed
+    out, and does not stop this session from starting its own under the same key."""
+
+    def holds(self, key: Hashable) -> bool:
+        """Whether this Ray job started something under ``key``."""
+        entry = self.get(key)
+        return entry is not None and entry[-1] == ray_job()
+
+    def put(self, key: Hashable, *what: Any) -> None:
+        self[key] = (*what, ray_job())
+
+    def take(self, key: Hashable) -> tuple[Any, ...] | None:
+        """What this Ray job started under ``key``, removed; None if nothing (or another job's)."""
+        entry = self.pop(key, None)
+        return entry[:-1] if entry is not None and entry[-1] == ray_job() else None

@@ -10,9 +10,9 @@ where the result is what verl would build:
 
 - **The workers' processes start when the trainer sizes its resource pools** (:func:`spawn_workers`),
   beside the worker group's: verl's own worker class built without arguments
-  (:func:`~longcat_plugins.runtime.later.later`), which only imports its modules; verl's ``AgentLoopManager._init_agent_loop_workers`` later constructs those
-  processes with the arguments it has (:func:`_hook_manager_workers`) instead of starting new
-  ones. Under any v1 trainer, for a recipe whose manager is verl's v1 default or
+  (:func:`~longcat_plugins.runtime.later.later`), which only imports its modules; verl's
+  ``AgentLoopManager._init_agent_loop_workers`` later constructs those processes with the
+  arguments it has (:func:`_hook_manager_workers`) instead of starting new ones. Under any v1 trainer, for a recipe whose manager is verl's v1 default or
   :class:`PrestartedAgentLoopManager` (they build verl's ``AgentLoopWorkerTQ``).
 - **The manager is created beside the replicas** (:func:`start_beside_replicas`): once a trainer's
   hybrid ``LLMServerManager.create`` returns inside ``init()``, the manager is created with
@@ -41,7 +41,7 @@ from typing import Any
 
 from longcat_plugins.import_hooks import when_imported
 from longcat_plugins.runtime import env_choice
-from longcat_plugins.runtime.later import later, ray_job
+from longcat_plugins.runtime.later import StartedAhead, later
 
 logger = logging.getLogger(__name__)
 
@@ -122,9 +122,9 @@ def _start(actor_cls: Any, names: list[str]) -> list[Any]:
     ]
 
 
-#: ``id(config)`` -> (the Ray job, the agent-loop worker processes it started for that run, not
-#: yet constructed)
-_spawned: dict[int, tuple[str, list[Any]]] = {}
+#: ``id(config)`` -> (the agent-loop worker processes started for that run, not yet constructed,
+#: the Ray job)
+_spawned = StartedAhead()
 
 
 def spawn_workers(trainer: Any) -> int:
@@ -137,15 +137,11 @@ def spawn_workers(trainer: Any) -> int:
     from verl.trainer.ppo.v1.agent_loop_tq import AgentLoopWorkerTQ
 
     config = trainer.config
-    if not _ahead_wanted() or not _builds_verl_workers(config):
+    if not _ahead_wanted() or not _builds_verl_workers(config) or _spawned.holds(id(config)):
         return 0
-    if id(config) in _spawned:
-        if _spawned[id(config)][0] == ray_job():
-            return 0  # once per run
-        del _spawned[id(config)]  # an earlier Ray session's, whose config id was reused
     count = int(config.actor_rollout_ref.rollout.agent.num_workers)
     names = [f"agent_loop_worker_{i}_{uuid.uuid4().hex[:8]}" for i in range(count)]
-    _spawned[id(config)] = (ray_job(), _start(later(AgentLoopWorkerTQ.__ray_actor_class__), names))
+    _spawned.put(id(config), _start(later(AgentLoopWorkerTQ.__ray_actor_class__), names))
     print(SPAWNED, flush=True)
     return count
 
@@ -235,11 +231,10 @@ def _hook_manager_workers(module: ModuleType) -> None:
 
         from verl.trainer.ppo.v1.agent_loop_tq import AgentLoopWorkerTQ
 
-        job, spawned = (None, None)
-        if self.agent_loop_workers_class is AgentLoopWorkerTQ:
-            job, spawned = _spawned.pop(id(self.config), (None, None))
-        if spawned is None or job != ray_job():  # none, or an earlier Ray session's (its setup failed)
+        entry = _spawned.take(id(self.config)) if self.agent_loop_workers_class is AgentLoopWorkerTQ else None
+        if entry is None:  # none, or an earlier Ray session's (its setup failed)
             return await original(self)
+        (spawned,) = entry
         args = (self.config, self.llm_client, self.teacher_client, self.reward_loop_worker_handles)
         await asyncio.gather(*[worker.longcat_construct.remote(*args) for worker in spawned])
         self.agent_loop_workers = spawned
