@@ -310,3 +310,36 @@ def test_domains_and_tolerance_are_checked_against_the_prompts() -> None:
     with pytest.raises(ConfigError, match="unique"):
         DoraController(DoraConfig(), refs(2) + refs(1))
     assert {"greedy", "none"} <= set(balancer_names())
+
+
+def test_the_catch_up_loop_ends_when_the_run_does(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The single-version replicas' catch-up thread stops before Ray shuts down with the run (a
+    Ray call from it after the shutdown made Ray end the driver with status 1)."""
+    import threading
+    import time
+    import types
+
+    import ray
+
+    from longcat_plugins.schedulers.trainer import ReplicaVersionCheckpointEngineManager
+
+    polls: list[float] = []
+
+    def take_loads(timeout: float) -> list[str]:
+        polls.append(timeout)
+        time.sleep(0.01)
+        return []
+
+    monkeypatch.setattr(ray, "get", lambda ref: ref)
+    manager = object.__new__(ReplicaVersionCheckpointEngineManager)
+    manager._stop, manager._lock = threading.Event(), threading.Lock()
+    manager.load_balancer = types.SimpleNamespace(take_loads=types.SimpleNamespace(remote=take_loads))
+    manager._thread = threading.Thread(target=manager._catch_up_loop, daemon=True)
+    manager._thread.start()
+    while not polls:
+        time.sleep(0.01)
+    manager.stop_catch_up()
+    assert not manager._thread.is_alive()
+    after = len(polls)
+    time.sleep(0.05)
+    assert len(polls) == after, "no Ray call after the run ended"

@@ -351,6 +351,14 @@ class ReplicaVersionCheckpointEngineManager(CheckpointEngineManager):
         self.counters = {"sync_loads": 0, "catch_up_loads": 0, "aborted_replicas": 0}
         self._lock = threading.Lock()
         self._thread: threading.Thread | None = None
+        self._stop = threading.Event()
+
+    def stop_catch_up(self) -> None:
+        """End the catch-up loop before Ray shuts down with the run: a Ray call from it after the
+        shutdown makes Ray end the process with status 1 (the TaskRunner runs in the driver)."""
+        self._stop.set()
+        if self._thread is not None:
+            self._thread.join(timeout=10.0)
 
     @auto_await
     async def abort_replicas(self, reject_request: bool = False) -> None:
@@ -414,7 +422,7 @@ class ReplicaVersionCheckpointEngineManager(CheckpointEngineManager):
 
     def _catch_up_loop(self) -> None:
         """Load replicas that drained between weight syncs with the latest sent version."""
-        while True:
+        while not self._stop.is_set():
             try:
                 names = ray.get(self.load_balancer.take_loads.remote(1.0))
                 if not names:
@@ -464,6 +472,14 @@ class DoraTrainer(PPOTrainerSeparateAsync):
         self._prestart: ReplicaPrestart | None = None
 
     # -- construction ---------------------------------------------------------------------------
+
+    def fit(self, agent_loop_manager: Any) -> Any:
+        try:
+            return super().fit(agent_loop_manager)
+        finally:
+            manager = getattr(self, "standalone_checkpoint_manager", None)
+            if isinstance(manager, ReplicaVersionCheckpointEngineManager):
+                manager.stop_catch_up()
 
     def _build_replay_buffer(self) -> Any:
         custom = self.config.trainer.v1.sampler.get("custom_sampler", None)
