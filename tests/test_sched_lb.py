@@ -9,6 +9,7 @@ definitions, not read back from the code under test.
 from __future__ import annotations
 
 import asyncio
+import random
 from pathlib import Path
 
 import pytest
@@ -305,3 +306,59 @@ def test_a_bad_health_probe_interval_is_refused_naming_the_key() -> None:
         with pytest.raises(ValueError, match="health_probe_s must be a number of seconds >= 0"):
             DoraSettings(health_probe_s=bad)  # type: ignore[arg-type]
     assert DoraSettings().health_probe_s == 5.0 and DoraSettings(health_probe_s=0).health_probe_s == 0
+
+
+class StoppingReplica:
+    """A rollout server handle whose ``stop_request`` always lands (the request is still decoding)."""
+
+    def __init__(self) -> None:
+        self.stopped: list[str] = []
+        handle = self
+
+        class Stop:
+            @staticmethod
+            async def remote(request_id: str, reason: str) -> dict:
+                handle.stopped.append(request_id)
+                return {"stopped": True, "tokens": 5}
+
+        self.stop_request = Stop
+
+
+@pytest.mark.parametrize("seed", range(40))
+def test_migrations_from_a_lent_replica_never_land_on_a_rolled_one_that_is_loading(seed: int) -> None:
+    """Rolled replicas a, b (a loading version 1, b serving version 0) beside lent multi-version
+    replicas y, z that the roller does not manage. The balancer does not know which version a
+    request on y or z runs, so its migrations go only to the other lent replica; a managed
+    request moves only to a holder of its version. Before, a plan from a lent replica to the
+    loading one raised in the router (``cannot continue version 0``) and ended the step."""
+
+    async def scenario() -> None:
+        random.seed(seed)  # the router breaks ties between equally loaded replicas at random
+        servers = {s: StoppingReplica() for s in ("a", "b", "y", "z")}
+        config = DoraConfig(cap_before_rebalance=8, cap_after_rebalance=4, rebalance_threshold=0.5)
+        lb = DoraLoadBalancer(dict(servers), config=config, stop_requests=True, staleness=1, clock=Clock())
+        await lb.enable_single_version(staleness=1, version=0, replicas=["a", "b"])
+        assert (await lb.publish(1))["load"] == ["a"]  # b is kept back to serve while a loads
+        rng = random.Random(seed)
+        held: dict[str, list[str]] = {s: [] for s in servers}
+        for i in range(12):
+            done = sorted((s, r) for s, q in held.items() for r in q if r not in lb._migrating)
+            if rng.random() < 0.3 and done:  # a request finishes (one being migrated is left to the client)
+                sid, rid = rng.choice(done)
+                held[sid].remove(rid)
+                await lb.release_server(sid, rid)
+            sid, _ = await lb.acquire_server(f"r{i}")
+            held[sid].append(f"r{i}")
+        await settle()
+        assert lb.roller is not None
+        assert not lb.roller.replicas["a"].inflight and held["a"] == []
+        moved = {rid: target for rid, target in lb._migrating.items()}
+        for source, replica in servers.items():
+            for rid in replica.stopped:
+                assert rid in held[source]
+                allowed = {"y", "z"} - {source} if source in ("y", "z") else {"b", "y", "z"} - {source}
+                assert moved[rid] in allowed, (rid, source, moved[rid])
+        metrics = lb.get_lb_metrics()
+        assert metrics["dora/lb/executed_migrations"] == sum(len(r.stopped) for r in servers.values())
+
+    run(scenario())

@@ -488,8 +488,14 @@ class DoraLoadBalancer(GlobalRequestLoadBalancer):
         requests on their sources; the client continues each on its target (see module doc)."""
 
         def holders(move: Migration) -> list[str]:
-            if self.roller is None or move.source not in self.roller.replicas:
+            if self.roller is None:
                 return sorted(self._inflight_requests)
+            if move.source not in self.roller.replicas:
+                # an unmanaged (lent, multi-version) source: the request's version is not known
+                # here, so only replicas keeping the whole window can take it; a rolled replica
+                # holds one version, and may be loading another (its pinned return still routes
+                # to any holder of its version)
+                return sorted(set(self._inflight_requests) - set(self.roller.replicas))
             return self._holders(self.roller.version_of(move.source))
 
         loads = dict(self._inflight_requests)
@@ -498,7 +504,7 @@ class DoraLoadBalancer(GlobalRequestLoadBalancer):
         for move in placed:
             self._migrating[move.request_id] = move.target
             if self.roller is not None and move.target in self.roller.replicas:
-                self.roller.start(move.target, move.request_id, version=self.roller.version_of(move.target))
+                self.roller.start(move.target, move.request_id, version=self.roller.version_of(move.source))
                 self._reserved[move.request_id] = move.target
             task = asyncio.get_running_loop().create_task(self._stop(move))
             self._tasks.add(task)
