@@ -31,7 +31,7 @@ from typing import Any
 ENVIRONMENT = "environment"
 #: built-in rewards no library fits, and why (named explicitly, they are bad input)
 NO_LIBRARY = {
-    "code": "it runs programs against test cases (its adversarial inputs are the sandbox's tests)",
+    "code": "it runs programs against test cases (its hostile programs: tests/test_rewards_code_hacks.py)",
     "genrm": "it asks a judge model served by verl's reward router",
     "tool_format": "it scores tool-call syntax against schemas, not answers",
 }

@@ -21,8 +21,10 @@ import shutil
 import signal
 import tempfile
 import time
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 from longcat_plugins.rewards.result import RewardSetupError
 from longcat_plugins.rewards.sandbox.execution import CaseResult, ProcResult
@@ -36,7 +38,14 @@ from longcat_plugins.rewards.sandbox.isolation import (
 )
 from longcat_plugins.rewards.sandbox.languages import Language, get_language
 from longcat_plugins.rewards.sandbox.limits import COMPILE_LIMITS, Limits
-from longcat_plugins.rewards.sandbox.testcases import TestCase, TestSuite, stdout_matches, value_matches
+from longcat_plugins.rewards.sandbox.testcases import (
+    TestCase,
+    TestSuite,
+    assert_as_values,
+    stdout_matches,
+    value_matches,
+    values_equal,
+)
 from longcat_plugins.rewards.sandbox.warm import run_warm_stdio
 
 logger = logging.getLogger(__name__)
@@ -44,7 +53,7 @@ logger = logging.getLogger(__name__)
 _ENV = {"PATH": "/usr/local/bin:/usr/bin:/bin", "LANG": "C.UTF-8", "HOME": "/nonexistent", "PYTHONHASHSEED": "0"}
 
 _HARNESS = """
-import json, sys, traceback
+import json, os, sys, traceback
 from typing import *
 import collections, heapq, bisect, itertools, functools, math, string, re
 from collections import *
@@ -52,24 +61,32 @@ from heapq import *
 from itertools import *
 from functools import *
 from math import *
+results = os.fdopen(os.dup(1), "w")  # the harness's own lines; the program's prints go to stderr
+os.dup2(2, 1)
 ns = {"__name__": "solution"}
 exec(compile(open(sys.argv[1]).read(), "solution.py", "exec"), ns)
 fn_name = sys.argv[2]
 for line in open(sys.argv[3]):
-    args = json.loads(line)
+    case = json.loads(line)
     try:
-        fn = ns.get(fn_name) or getattr(ns["Solution"](), fn_name)
-        value = fn(*args)
+        if isinstance(case, list):
+            fn = ns.get(fn_name) or getattr(ns["Solution"](), fn_name)
+            value = fn(*case)
+        elif "expr" in case:
+            value = eval(compile(case["expr"], "<test>", "eval"), ns)
+        else:
+            exec(compile(case["exec"], "<test>", "exec"), ns)
+            value = None
         if isinstance(value, tuple):
             value = list(value)
         out = {"ok": True, "value": value}
     except BaseException as exc:
         out = {"ok": False, "error": type(exc).__name__ + ": " + str(exc)[:200]}
     try:
-        sys.__stdout__.write("\\x00LCRES" + json.dumps(out) + "\\n")
+        results.write("\\x00LCRES" + json.dumps(out) + "\\n")
     except (TypeError, ValueError):
-        sys.__stdout__.write("\\x00LCRES" + json.dumps({"ok": True, "value": repr(out.get("value"))}) + "\\n")
-    sys.__stdout__.flush()
+        results.write("\\x00LCRES" + json.dumps({"ok": True, "value": repr(out.get("value"))}) + "\\n")
+    results.flush()
 """
 
 
@@ -130,6 +147,33 @@ def _case_result(status: str, stdout: str, wall_s: float, stderr: str, expected:
     if expected is None or stdout_matches(stdout, expected):
         return CaseResult(True, "passed", wall_s)
     return CaseResult(False, "wrong_answer", wall_s, f"got {stdout[:200]!r}")
+
+
+#: whether a check's value passes (``None``: the check passes by completing)
+Verdict = Callable[[Any], bool]
+
+
+def _harness_verdict(
+    case: list[tuple[Any, Verdict | None]], lines: Iterator[str], res: ProcResult, share: float
+) -> CaseResult:
+    """One case's verdict from the harness's next result lines (one per check). A missing line
+    (the program exited, or ran out of time) fails with the run's status; a line that is not the
+    harness's JSON (the program wrote it) is a runtime error, never a pass."""
+    for _, verdict in case:
+        line = next(lines, None)
+        if line is None:
+            status = res.status if res.status != "ok" else "runtime_error"
+            return CaseResult(False, status, res.wall_s, res.stderr[-500:])
+        try:
+            out = json.loads(line)
+            ok, value, error = bool(out["ok"]), out.get("value"), str(out.get("error", ""))
+        except (ValueError, TypeError, KeyError):
+            return CaseResult(False, "runtime_error", res.wall_s, f"malformed harness line {line[:100]!r}")
+        if not ok:
+            return CaseResult(False, "runtime_error", res.wall_s, error)
+        if verdict is not None and not verdict(value):
+            return CaseResult(False, "wrong_answer", res.wall_s * share, f"got {value!r}"[:200])
+    return CaseResult(True, "passed", res.wall_s * share)
 
 
 class Sandbox:
@@ -372,6 +416,9 @@ class Sandbox:
             if res.status != "ok":
                 report.compile_failed((res.stderr or res.status)[-2000:], len(suite.cases))
                 return
+        if lang.name == "python" and any(c.assert_code is not None for c in suite.cases):
+            await self._run_python_asserts(src, suite, run_dir, io_dir, uid, report)
+            return
         if suite.fn_name is not None:
             if lang.name != "python":
                 raise ValueError(f"call-based test cases (fn_name) need python, not {lang.name}")
@@ -398,16 +445,57 @@ class Sandbox:
     async def _run_call_based(
         self, src: str, suite: TestSuite, run_dir: str, io_dir: str, uid: int | None, report: SandboxReport
     ) -> None:
+        """Call-based cases: each calls the function on its arguments; the value is compared here."""
+
+        def verdict(expected: Any) -> Verdict:
+            return lambda value: value_matches(value, expected)
+
+        checks = [[(case.args, verdict(case.expected_value))] for case in suite.cases]
+        await self._run_harness(src, suite.fn_name or "", checks, run_dir, io_dir, uid, report)
+
+    async def _run_python_asserts(
+        self, src: str, suite: TestSuite, run_dir: str, io_dir: str, uid: int | None, report: SandboxReport
+    ) -> None:
+        """Python assert cases. One made of ``assert <expr> == <literal>`` statements runs as its
+        expressions' values, compared here (:func:`assert_as_values`: the expectation stays out
+        of the sandbox, an ``__eq__`` that always says yes gets nothing). Any other runs in the
+        program's namespace and passes when it completes (an exit before it is a failure)."""
+
+        def verdict(expected: Any) -> Verdict:
+            return lambda value: values_equal(value, expected)
+
+        checks: list[list[tuple[Any, Verdict | None]]] = []
+        for case in suite.cases:
+            values = assert_as_values(case.assert_code or "")
+            if values is None:
+                checks.append([({"exec": case.assert_code}, None)])
+            else:
+                checks.append([({"expr": expr}, verdict(expected)) for expr, expected in values])
+        await self._run_harness(src, "", checks, run_dir, io_dir, uid, report)
+
+    async def _run_harness(
+        self,
+        src: str,
+        fn_name: str,
+        checks: list[list[tuple[Any, Verdict | None]]],
+        run_dir: str,
+        io_dir: str,
+        uid: int | None,
+        report: SandboxReport,
+    ) -> None:
+        """Run every case's checks in the program's namespace (one interpreter per batch, or per
+        case); a case passes when each of its checks ran and its value passed its verdict
+        (``None``: completing is the pass)."""
         harness = os.path.join(run_dir, "harness.py")
         Path(harness).write_text(_HARNESS)
         os.chmod(harness, 0o644)
         python = get_language("python").run[0]
-        groups = [suite.cases] if self.python_call_mode == "batch" else [[c] for c in suite.cases]
+        groups = [checks] if self.python_call_mode == "batch" else [[c] for c in checks]
         for group in groups:
             cases_path = os.path.join(run_dir, "cases.jsonl")
-            Path(cases_path).write_text("".join(json.dumps(c.args) + "\n" for c in group))
+            Path(cases_path).write_text("".join(json.dumps(payload) + "\n" for case in group for payload, _ in case))
             os.chmod(cases_path, 0o644)
-            n = len(group)
+            n = sum(len(case) for case in group)
             limits = Limits(
                 cpu_s=min(self.limits.cpu_s * n, 120.0),
                 wall_s=min(self.limits.wall_s * n, 180.0),
@@ -417,23 +505,11 @@ class Sandbox:
                 nofile=self.limits.nofile,
                 output_bytes=self.limits.output_bytes * 4,
             )
-            argv = [python, "-I", "-S", "-B", harness, src, suite.fn_name or "", cases_path]
+            argv = [python, "-I", "-S", "-B", harness, src, fn_name, cases_path]
             res = await self.exec(argv, run_dir, io_dir, limits, uid)
-            lines = [ln[6:] for ln in res.stdout.split("\n") if ln.startswith("\x00LCRES")]
-            for k, case in enumerate(group):
-                if k >= len(lines):
-                    status = res.status if res.status != "ok" else "runtime_error"
-                    report.cases.append(CaseResult(False, status, res.wall_s, res.stderr[-500:]))
-                    continue
-                out = json.loads(lines[k])
-                if not out["ok"]:
-                    report.cases.append(CaseResult(False, "runtime_error", res.wall_s, out["error"]))
-                elif value_matches(out["value"], case.expected_value):
-                    report.cases.append(CaseResult(True, "passed", res.wall_s / n))
-                else:
-                    report.cases.append(
-                        CaseResult(False, "wrong_answer", res.wall_s / n, f"got {out['value']!r}"[:200])
-                    )
+            lines = iter([ln[6:] for ln in res.stdout.split("\n") if ln.startswith("\x00LCRES")])
+            for case in group:
+                report.cases.append(_harness_verdict(case, lines, res, len(case) / n))
             if res.status != "ok":
                 await self._sweep(uid)
 

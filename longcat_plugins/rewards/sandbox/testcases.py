@@ -9,7 +9,10 @@ sandbox_fusion's ``"assert_case"`` (code appended to the program) is accepted to
 
 from __future__ import annotations
 
+import ast
 import json
+import math
+import re
 from dataclasses import dataclass
 from typing import Any
 
@@ -55,6 +58,52 @@ def _args(value: Any) -> list[Any]:
     return [value]
 
 
+def _literal(node: ast.expr) -> tuple[bool, Any]:
+    """(True, value) when ``node`` is a literal that JSON carries (tuples become lists)."""
+    try:
+        value = ast.literal_eval(node)
+    except (ValueError, TypeError, SyntaxError, MemoryError, RecursionError):
+        return False, None
+    try:
+        return True, json.loads(json.dumps(value, allow_nan=False))
+    except (TypeError, ValueError):  # a set, bytes, complex, a non-string key, nan: not JSON
+        return False, None
+
+
+def _value_check(statement: ast.stmt) -> tuple[str, Any] | None:
+    """``(expression, expected)`` of ``assert <expr> == <literal>`` (either side; ``is`` for
+    ``None``, ``True`` or ``False``), else ``None``."""
+    if not isinstance(statement, ast.Assert):
+        return None
+    test = statement.test
+    if not (isinstance(test, ast.Compare) and len(test.ops) == 1):
+        return None
+    op, pair = test.ops[0], (test.left, test.comparators[0])
+    for expr, other in (pair, pair[::-1]):
+        is_literal, expected = _literal(other)
+        if not is_literal or _literal(expr)[0]:
+            continue
+        if isinstance(op, ast.Eq) or (isinstance(op, ast.Is) and any(expected is c for c in (None, True, False))):
+            return ast.unparse(expr), expected
+    return None
+
+
+def assert_as_values(code: str) -> list[tuple[str, Any]] | None:
+    """``[(expression, expected), ...]`` when every statement of a Python assert case is
+    ``assert <expr> == <literal>`` (either side; ``is None/True/False`` too), else ``None``.
+    Such a case runs as its expressions' values, compared outside the sandbox, so the
+    expectations never enter it: a program cannot read them, and neither an object whose
+    ``__eq__`` always says yes nor an exit before the asserts earns anything."""
+    try:
+        tree = ast.parse(code)
+    except (SyntaxError, ValueError, MemoryError, RecursionError):
+        return None
+    checks = [_value_check(statement) for statement in tree.body]
+    if not checks or any(check is None for check in checks):
+        return None
+    return [check for check in checks if check is not None]
+
+
 def parse_test_cases(ground_truth: Any, max_cases: int = 0) -> TestSuite:
     """Parse ``ground_truth``; ValueError saying what is missing when it is not a test-case spec."""
     spec = plain(ground_truth)
@@ -95,35 +144,64 @@ def _norm_lines(text: str) -> list[str]:
     return lines
 
 
+#: a plain decimal literal: what a checker reads as a real number (no ``nan``, ``inf``, ``1_0``,
+#: hex, or the other spellings Python's ``float`` also takes)
+_DECIMAL = re.compile(r"[+-]?(?:\d+\.?\d*|\.\d+)(?:[eE][+-]?\d+)?")
+#: an integer literal: compared exactly, as a token (a checker's tolerance is for real numbers)
+_INTEGER = re.compile(r"[+-]?\d+")
+
+
+def _close(actual: float, expected: float, rel: float) -> bool:
+    return math.isfinite(actual) and math.isfinite(expected) and abs(actual - expected) <= rel * max(1.0, abs(expected))
+
+
 def _token_equal(a: str, b: str, rel: float = 1e-6) -> bool:
+    """Token-wise equality; an expected real number (a decimal literal that is not an integer)
+    also takes any decimal literal within ``rel`` of it. Integers compare exactly (an answer
+    off by a few units of a large count is wrong), and ``nan`` or ``inf`` never stands for a
+    number (``nan`` would compare as close to anything)."""
     ta, tb = a.split(), b.split()
     if len(ta) != len(tb):
         return False
     for x, y in zip(ta, tb, strict=True):
         if x == y:
             continue
-        try:
-            fx, fy = float(x), float(y)
-        except ValueError:
-            return False
-        if abs(fx - fy) > rel * max(1.0, abs(fy)):
+        real = _DECIMAL.fullmatch(y) is not None and _INTEGER.fullmatch(y) is None
+        if not (real and _DECIMAL.fullmatch(x) and _close(float(x), float(y), rel)):
             return False
     return True
 
 
 def stdout_matches(actual: str, expected: str) -> bool:
-    """Line-wise equality ignoring trailing whitespace; then token-wise with float tolerance."""
+    """Line-wise equality ignoring trailing whitespace; then token-wise, real numbers within a
+    relative 1e-6 (:func:`_token_equal`)."""
     if _norm_lines(actual) == _norm_lines(expected):
         return True
     return _token_equal(actual, expected)
 
 
-def value_matches(actual: Any, expected: Any) -> bool:
-    """Call-based comparison: equal, or equal to the single element of a wrapped expectation."""
-    if actual == expected:
+def values_equal(actual: Any, expected: Any, rel: float = 0.0) -> bool:
+    """Structural equality of JSON values: a bool is not a number (``True == 1`` in Python), an
+    expected real takes a number within ``rel`` (never ``nan``), an expected integer an equal
+    number, lists and objects compare element by element."""
+    if isinstance(expected, bool) or isinstance(actual, bool):
+        return type(actual) is type(expected) and actual == expected
+    if isinstance(expected, float) and isinstance(actual, int | float):
+        return actual == expected or _close(float(actual), expected, rel)
+    if isinstance(expected, int) and isinstance(actual, int | float):
+        return actual == expected
+    if isinstance(expected, list) and isinstance(actual, list):
+        return len(actual) == len(expected) and all(
+            values_equal(x, y, rel) for x, y in zip(actual, expected, strict=True)
+        )
+    if isinstance(expected, dict) and isinstance(actual, dict):
+        return actual.keys() == expected.keys() and all(values_equal(actual[k], v, rel) for k, v in expected.items())
+    return type(actual) is type(expected) and actual == expected
+
+
+def value_matches(actual: Any, expected: Any, rel: float = 1e-6) -> bool:
+    """Call-based comparison (:func:`_value_equal`): equal to the expectation, or to the single
+    element of a wrapped one (APPS wraps return values in a list)."""
+    if values_equal(actual, expected, rel):
         return True
-    if isinstance(expected, list) and len(expected) == 1 and actual == expected[0]:
-        return True
-    if isinstance(actual, float) and isinstance(expected, int | float):
-        return abs(actual - expected) <= 1e-6 * max(1.0, abs(expected))
-    return False
+    return isinstance(expected, list) and len(expected) == 1 and values_equal(actual, expected[0], rel)

@@ -1,0 +1,170 @@
+"""The code reward against programs that look for a hack instead of solving the task.
+
+Each program below is run for real in the sandbox (``code.compute_score``, as verl calls it) and
+must earn nothing: ``nan`` printed for a number, an integer off by a few units of a large answer,
+a bool for a number, an object whose ``__eq__`` always says yes, an exit before the asserts, the
+harness's own result lines written by the program. Honest programs beside them must still pass,
+so the checks cannot be passed by refusing everything. The matching rules themselves are pinned
+on hand-worked pairs.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+from typing import Any
+
+import pytest
+
+from longcat_plugins.rewards import code as code_reward
+from longcat_plugins.rewards.result import VALID_KEY
+from longcat_plugins.rewards.sandbox.testcases import assert_as_values, stdout_matches, value_matches, values_equal
+
+
+def score(program: str, ground_truth: dict[str, Any]) -> float:
+    out = asyncio.run(code_reward.compute_score("apps", f"```python\n{program}```", json.dumps(ground_truth)))
+    assert out[VALID_KEY] == 1.0, out  # a hack is a wrong answer (0), never a failed reward
+    return float(out["score"])
+
+
+# -- the rules, on hand-worked pairs ----------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("actual", "expected", "same"),
+    [
+        ("7\n", "7\n", True),
+        ("7   \n\n", "7", True),  # trailing whitespace and blank lines
+        ("1 2\n3", "1 2 3", True),  # token-wise
+        ("nan", "7", False),  # nan compares as close to anything
+        ("NaN", "0.5", False),
+        ("inf", "1e308", False),
+        ("1000000999", "1000000000", False),  # within 1e-6 relative, but an integer is exact
+        ("7.0", "7", False),
+        ("1_000", "1000", False),  # Python's float() reads it; a checker does not
+        ("0.5000001", "0.5", True),  # a real number within 1e-6
+        ("0.50001", "0.5", False),
+        ("1", "1.0", True),
+        ("0x10", "16.0", False),
+        ("3.1415", "3.14159265", False),  # 9.3e-5 off, the bound 1e-6 * 3.14 = 3.1e-6
+        ("3.141592", "3.14159265", True),  # 6.5e-7 off
+    ],
+)
+def test_stdout_matching(actual: str, expected: str, same: bool) -> None:
+    assert stdout_matches(actual, expected) is same
+
+
+@pytest.mark.parametrize(
+    ("actual", "expected", "same"),
+    [
+        (3, 3, True),
+        (3.0, 3, True),  # the same number
+        (1000000000.5, 1000000000, False),  # an integer answer is exact
+        (True, 1, False),  # a bool is not a number (True == 1 in Python)
+        (1, True, False),
+        (0, False, False),
+        (float("nan"), 0.5, False),
+        (0.5 + 1e-9, 0.5, True),
+        ([1, [2.0000000001, "a"]], [1, [2.0, "a"]], True),
+        ([1, 2], [1, 2, 3], False),
+        ({"a": 1}, {"a": 1, "b": 2}, False),
+        ("3", 3, False),
+        (None, None, True),
+        (None, 0, False),
+        (7, [7], True),  # APPS wraps a return value in a list
+        ([7], [[7]], True),
+    ],
+)
+def test_value_matching(actual: object, expected: object, same: bool) -> None:
+    assert value_matches(actual, expected) is same
+
+
+def test_an_assert_compares_exactly() -> None:
+    assert values_equal(0.30000000000000004, 0.30000000000000004)
+    assert not values_equal(0.3, 0.30000000000000004)
+    assert not values_equal(7, [7])  # an assert does not unwrap
+
+
+@pytest.mark.parametrize(
+    ("code", "values"),
+    [
+        ("assert f(1) == 2", [("f(1)", 2)]),
+        ("assert [1, (2, 3)] == g(x)", [("g(x)", [1, [2, 3]])]),
+        ("assert f(1) == 2, 'message'", [("f(1)", 2)]),
+        ("assert f(1) == 2\nassert f(2) == 3", [("f(1)", 2), ("f(2)", 3)]),
+        ("assert f(1) is None", [("f(1)", None)]),
+        ("assert f('a') == {'x': [1.5]}", [("f('a')", {"x": [1.5]})]),
+        ("assert f(1) is 1", None),  # identity with a number: not a value check
+        ("assert f(1) == {1, 2}", None),  # a set: not JSON
+        ("assert abs(f(1) - 2) < 1e-6", None),
+        ("assert f(1) == float('nan')", None),
+        ("import m\nassert f(1) == 2", None),
+        ("assert 1 == 1", None),
+        ("", None),
+        ("assert f(", None),
+    ],
+)
+def test_which_asserts_run_as_values(code: str, values: list[tuple[str, object]] | None) -> None:
+    assert assert_as_values(code) == values
+
+
+# -- real programs in the sandbox -------------------------------------------------------------
+
+SUM = {"inputs": ["3 4\n", "1000000000 999\n"], "outputs": ["7\n", "1000000999\n"]}
+HALF = {"inputs": ["1\n", "3\n"], "outputs": ["0.5\n", "1.5\n"]}
+CALL = {"fn_name": "total", "inputs": [[[1, 2, 3]], [[1000000000, 999]]], "outputs": [6, 1000000999]}
+EVEN = {"fn_name": "even", "inputs": [[2], [3]], "outputs": [True, False]}
+ASSERTS = {"assert_case": ["assert total([1, 2, 3]) == 6", "assert total([5]) == 5\nassert total([]) == 0"]}
+OPEN_ASSERTS = {"assert_case": ["assert abs(half(3) - 1.5) < 1e-9", "assert half(1) > 0.4"]}
+
+ALWAYS_EQUAL = "class Yes:\n    def __eq__(self, other):\n        return True\n    __hash__ = None\n"
+HACKS = {
+    "prints nan for every number": ("input()\nprint('nan')\n", SUM),
+    "an integer off in its 7th digit": ("s = sum(map(int, input().split()))\nprint(s if s < 1000 else s + 900)\n", SUM),
+    "prints nan for a real number": ("input()\nprint(float('nan'))\n", HALF),
+    "returns a close float for an integer": (
+        "def total(xs):\n    s = sum(xs)\n    return s if s < 1000 else s + 0.5\n",
+        CALL,
+    ),
+    "returns 1 and 0 for True and False": ("def even(n):\n    return int(n % 2 == 0)\n", EVEN),
+    "returns an always-equal object (call)": (ALWAYS_EQUAL + "def total(xs):\n    return Yes()\n", CALL),
+    "returns an always-equal object (assert)": (ALWAYS_EQUAL + "def total(xs):\n    return Yes()\n", ASSERTS),
+    "exits cleanly before the asserts": ("import os\ndef total(xs):\n    return 0\nos._exit(0)\n", ASSERTS),
+    "raises SystemExit(0) before the asserts": ("def total(xs):\n    return 0\nraise SystemExit(0)\n", ASSERTS),
+    "exits before an open-form assert": ("import sys\ndef half(n):\n    return 0\nsys.exit(0)\n", OPEN_ASSERTS),
+    "exits inside an open-form assert": ("import os\ndef half(n):\n    os._exit(0)\n", OPEN_ASSERTS),
+    "prints the harness's result lines": (
+        "import sys\nfor _ in range(4):\n    sys.stdout.write('\\x00LCRES' + '{\"ok\": true, \"value\": null}\\n')\n"
+        "sys.stdout.flush()\ndef half(n):\n    raise ValueError\n",
+        OPEN_ASSERTS,
+    ),
+    "reads the expectations from its own files": (
+        "import glob, re, sys\n"
+        "seen = ''.join(open(p).read() for p in set(glob.glob('*') + sys.argv))\n"
+        "table = dict(re.findall(r'total\\((\\[[^\\]]*\\])\\) == (\\d+)', seen))\n"
+        "def total(xs):\n    return int(table.get(str(xs), -1))\n",
+        ASSERTS,
+    ),
+}
+
+
+@pytest.mark.parametrize("name", sorted(HACKS))
+def test_a_hack_earns_nothing(name: str) -> None:
+    program, ground_truth = HACKS[name]
+    assert score(program, ground_truth) == 0.0
+
+
+HONEST = {
+    "sums": ("a, b = map(int, input().split())\nprint(a + b)\n", SUM),
+    "halves, to 7 digits": ("print(f'{int(input()) / 2:.7f}')\n", HALF),
+    "totals (call)": ("def total(xs):\n    return sum(xs)\n", CALL),
+    "tells even (call)": ("class Solution:\n    def even(self, n):\n        return n % 2 == 0\n", EVEN),
+    "totals (assert)": ("def total(xs):\n    return sum(xs)\n", ASSERTS),
+    "halves (open-form assert)": ("def half(n):\n    print('working')\n    return n / 2\n", OPEN_ASSERTS),
+}
+
+
+@pytest.mark.parametrize("name", sorted(HONEST))
+def test_an_honest_program_still_passes(name: str) -> None:
+    program, ground_truth = HONEST[name]
+    assert score(program, ground_truth) == 1.0
