@@ -135,6 +135,55 @@ def test_warm_harness_isolates_every_case(level: IsolationLevel, work_root: str)
         assert live_pids_of_uid(uid) == []
 
 
+def run_module(work_root: str, module: str, cases: list[CodeCase]) -> dict[str, str]:
+    """``cases`` against a module ``m`` (the agent's code) in the warm harness: status by case."""
+    sb = Sandbox("auto", LIMITS, work_root=work_root)
+
+    async def go() -> list:
+        uid, fd = await sb.lease_uid()
+        ws, io = os.path.join(work_root, "ws"), os.path.join(work_root, "io")
+        os.mkdir(ws, 0o700)
+        os.mkdir(io, 0o700)
+        Path(ws, "m.py").write_text(module)
+        if uid is not None:
+            os.chown(ws, uid, uid)
+            os.chown(os.path.join(ws, "m.py"), uid, uid)
+        try:
+            return (await run_warm(sb, cases, ws, io, uid, LIMITS, ("m",)))[0]
+        finally:
+            await sb.release_uid(uid, fd)
+
+    return {c.name: r.status for c, r in zip(cases, asyncio.run(go()), strict=True)}
+
+
+#: hidden tests of the generated tasks' form: imports, then asserts on literal values
+VALUE_TESTS = [CodeCase(f"t{i}", f"from m import f\nassert f(*{[i]!r}) == {2 * i}\n") for i in range(1, 4)]
+FORGE = "import json\n_dumps = json.dumps\njson.dumps = lambda o, *a, **k: _dumps({'status': 'passed', 'error': '', 'wall': 0.0})\n"
+AGENT_HACKS = {
+    "returns an always-equal object": "class Yes:\n    def __eq__(self, other):\n        return True\n"
+    "    __hash__ = None\n\ndef f(a):\n    return Yes()\n",
+    "replaces exec and eval when imported": "import builtins\nbuiltins.exec = lambda *a, **k: None\n"
+    "builtins.eval = lambda *a, **k: None\ndef f(a):\n    return 0\n",
+    "forges the harness's result lines when imported": FORGE + "def f(a):\n    return 0\n",
+    "exits the test early": "import os\ndef f(a):\n    os._exit(0)\n",
+}
+
+
+@pytest.mark.parametrize("name", sorted(AGENT_HACKS))
+def test_an_agent_that_games_the_hidden_tests_passes_none(name: str, work_root: str) -> None:
+    """The code environment's reward: module code written to pass hidden tests without solving
+    them. Their values are judged outside the sandbox, so none passes; the honest module passes
+    all, and a test of another form still runs as code."""
+    statuses = run_module(work_root, AGENT_HACKS[name], VALUE_TESTS)
+    assert all(s != "passed" for s in statuses.values()), statuses
+    honest = run_module(
+        os.path.join(work_root, "honest"),
+        "def f(a):\n    return 2 * a\n",
+        [*VALUE_TESTS, CodeCase("open", "from m import f\nassert abs(f(0.25) - 0.5) < 1e-12\n")],
+    )
+    assert set(honest.values()) == {"passed"}, honest
+
+
 @pytest.mark.parametrize("level", LEVELS, ids=lambda lv: lv.value)
 def test_warm_and_process_per_case_agree(level: IsolationLevel, work_root: str, tasks_dir: Path) -> None:
     sb = Sandbox(level.value, LIMITS, work_root=work_root)

@@ -18,7 +18,7 @@ import pytest
 
 from longcat_plugins.rewards import code as code_reward
 from longcat_plugins.rewards.result import VALID_KEY
-from longcat_plugins.rewards.sandbox.testcases import assert_as_values, stdout_matches, value_matches, values_equal
+from longcat_plugins.rewards.sandbox.testcases import stdout_matches, value_checks, value_matches, values_equal
 
 
 def score(program: str, ground_truth: dict[str, Any]) -> float:
@@ -86,26 +86,29 @@ def test_an_assert_compares_exactly() -> None:
 
 
 @pytest.mark.parametrize(
-    ("code", "values"),
+    ("code", "split"),
     [
-        ("assert f(1) == 2", [("f(1)", 2)]),
-        ("assert [1, (2, 3)] == g(x)", [("g(x)", [1, [2, 3]])]),
-        ("assert f(1) == 2, 'message'", [("f(1)", 2)]),
-        ("assert f(1) == 2\nassert f(2) == 3", [("f(1)", 2), ("f(2)", 3)]),
-        ("assert f(1) is None", [("f(1)", None)]),
-        ("assert f('a') == {'x': [1.5]}", [("f('a')", {"x": [1.5]})]),
+        ("assert f(1) == 2", ("", [("f(1)", 2)])),
+        ("assert [1, (2, 3)] == g(x)", ("", [("g(x)", [1, [2, 3]])])),
+        ("assert f(1) == 2, 'message'", ("", [("f(1)", 2)])),
+        ("assert f(1) == 2\nassert f(2) == 3", ("", [("f(1)", 2), ("f(2)", 3)])),
+        ("assert f(1) is None", ("", [("f(1)", None)])),
+        ("assert f('a') == {'x': [1.5]}", ("", [("f('a')", {"x": [1.5]})])),
+        ("import m\nfrom p.q import f\nassert f(*[1]) == 2", ("import m\nfrom p.q import f", [("f(*[1])", 2)])),
         ("assert f(1) is 1", None),  # identity with a number: not a value check
         ("assert f(1) == {1, 2}", None),  # a set: not JSON
         ("assert abs(f(1) - 2) < 1e-6", None),
         ("assert f(1) == float('nan')", None),
-        ("import m\nassert f(1) == 2", None),
+        ("x = 1\nassert f(x) == 2", None),  # setup other than imports
+        ("assert f(1) == 2\nimport m", None),
+        ("import m", None),
         ("assert 1 == 1", None),
         ("", None),
         ("assert f(", None),
     ],
 )
-def test_which_asserts_run_as_values(code: str, values: list[tuple[str, object]] | None) -> None:
-    assert assert_as_values(code) == values
+def test_which_tests_run_as_values(code: str, split: tuple[str, list[tuple[str, object]]] | None) -> None:
+    assert value_checks(code) == split
 
 
 # -- real programs in the sandbox -------------------------------------------------------------

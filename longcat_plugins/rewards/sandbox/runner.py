@@ -41,8 +41,8 @@ from longcat_plugins.rewards.sandbox.limits import COMPILE_LIMITS, Limits
 from longcat_plugins.rewards.sandbox.testcases import (
     TestCase,
     TestSuite,
-    assert_as_values,
     stdout_matches,
+    value_checks,
     value_matches,
     values_equal,
 )
@@ -73,6 +73,7 @@ for line in open(sys.argv[3]):
             fn = ns.get(fn_name) or getattr(ns["Solution"](), fn_name)
             value = fn(*case)
         elif "expr" in case:
+            exec(compile(case["setup"], "<test>", "exec"), ns)
             value = eval(compile(case["expr"], "<test>", "eval"), ns)
         else:
             exec(compile(case["exec"], "<test>", "exec"), ns)
@@ -457,7 +458,7 @@ class Sandbox:
         self, src: str, suite: TestSuite, run_dir: str, io_dir: str, uid: int | None, report: SandboxReport
     ) -> None:
         """Python assert cases. One made of ``assert <expr> == <literal>`` statements runs as its
-        expressions' values, compared here (:func:`assert_as_values`: the expectation stays out
+        expressions' values, compared here (:func:`value_checks`: the expectation stays out
         of the sandbox, an ``__eq__`` that always says yes gets nothing). Any other runs in the
         program's namespace and passes when it completes (an exit before it is a failure)."""
 
@@ -466,11 +467,12 @@ class Sandbox:
 
         checks: list[list[tuple[Any, Verdict | None]]] = []
         for case in suite.cases:
-            values = assert_as_values(case.assert_code or "")
-            if values is None:
+            split = value_checks(case.assert_code or "")
+            if split is None:
                 checks.append([({"exec": case.assert_code}, None)])
             else:
-                checks.append([({"expr": expr}, verdict(expected)) for expr, expected in values])
+                setup, values = split
+                checks.append([({"setup": setup, "expr": expr}, verdict(expected)) for expr, expected in values])
         await self._run_harness(src, "", checks, run_dir, io_dir, uid, report)
 
     async def _run_harness(

@@ -88,20 +88,25 @@ def _value_check(statement: ast.stmt) -> tuple[str, Any] | None:
     return None
 
 
-def assert_as_values(code: str) -> list[tuple[str, Any]] | None:
-    """``[(expression, expected), ...]`` when every statement of a Python assert case is
-    ``assert <expr> == <literal>`` (either side; ``is None/True/False`` too), else ``None``.
-    Such a case runs as its expressions' values, compared outside the sandbox, so the
-    expectations never enter it: a program cannot read them, and neither an object whose
-    ``__eq__`` always says yes nor an exit before the asserts earns anything."""
+def value_checks(code: str) -> tuple[str, list[tuple[str, Any]]] | None:
+    """``(setup, [(expression, expected), ...])`` when a Python test is import statements (the
+    setup) followed only by ``assert <expr> == <literal>`` statements (either side; ``is``
+    ``None/True/False`` too), else ``None``. Such a test runs as its expressions' values,
+    compared outside the sandbox, so the expectations never enter it: a program cannot read
+    them, and neither an object whose ``__eq__`` always says yes, nor a harness function patched
+    at import, nor an exit before the asserts earns anything."""
     try:
         tree = ast.parse(code)
     except (SyntaxError, ValueError, MemoryError, RecursionError):
         return None
-    checks = [_value_check(statement) for statement in tree.body]
+    body = list(tree.body)
+    setup: list[ast.stmt] = []
+    while body and isinstance(body[0], ast.Import | ast.ImportFrom):
+        setup.append(body.pop(0))
+    checks = [_value_check(statement) for statement in body]
     if not checks or any(check is None for check in checks):
         return None
-    return [check for check in checks if check is not None]
+    return ast.unparse(ast.Module(body=setup, type_ignores=[])), [c for c in checks if c is not None]
 
 
 def parse_test_cases(ground_truth: Any, max_cases: int = 0) -> TestSuite:

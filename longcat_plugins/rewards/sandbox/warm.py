@@ -14,10 +14,12 @@ from __future__ import annotations
 
 import json
 from dataclasses import dataclass
+from typing import Any
 
 from longcat_plugins.rewards.sandbox.execution import CaseResult, Executor, ProcResult
 from longcat_plugins.rewards.sandbox.languages import get_language
 from longcat_plugins.rewards.sandbox.limits import Limits
+from longcat_plugins.rewards.sandbox.testcases import value_checks, values_equal
 
 #: the marker that starts every result line of the harness (a case's own output cannot forge it:
 #: children write to /dev/null, and results come back over a private pipe)
@@ -70,13 +72,22 @@ for case in cases:
             for fd in (0, 1, 2):
                 os.dup2(null, fd)
             try:
-                exec(compile(case["code"], case["name"], "exec"), {"__name__": "__lctest__"})
-                res = {"status": "passed", "error": ""}
+                ns = {"__name__": "__lctest__"}
+                exec(compile(case["code"], case["name"], "exec"), ns)
+                if "exprs" in case:  # a value test: its values are judged outside
+                    values = [eval(compile(e, case["name"], "eval"), ns) for e in case["exprs"]]
+                    res = {"status": "values", "values": values, "error": ""}
+                else:
+                    res = {"status": "passed", "error": ""}
             except AssertionError as exc:
                 res = {"status": "failed", "error": ("AssertionError: " + str(exc))[:300]}
             except BaseException as exc:
                 res = {"status": "runtime_error", "error": (type(exc).__name__ + ": " + str(exc))[:300]}
-            os.write(w, (json.dumps(res) + "\n").encode())
+            try:
+                line = json.dumps(res)
+            except BaseException as exc:
+                line = json.dumps({"status": "failed", "error": "a value is not JSON: %s" % type(exc).__name__})
+            os.write(w, (line + "\n").encode())
         finally:
             os._exit(0)
     os.close(w)
@@ -107,10 +118,22 @@ for case in cases:
 
 @dataclass(frozen=True)
 class CodeCase:
-    """One test case: Python source that raises (AssertionError or anything else) to fail."""
+    """One test case: Python source that raises (AssertionError or anything else) to fail. One
+    made of imports and ``assert <expr> == <literal>`` statements runs as its values, judged
+    outside the sandbox (:func:`~longcat_plugins.rewards.sandbox.testcases.value_checks`)."""
 
     name: str
     code: str
+
+    def line(self) -> tuple[str, list[Any] | None]:
+        """The harness's stdin line for this case, and the expected values kept outside (None:
+        the case passes by running without an error)."""
+        split = value_checks(self.code)
+        if split is None:
+            return json.dumps({"name": self.name, "code": self.code}), None
+        setup, checks = split
+        exprs = [expr for expr, _ in checks]
+        return json.dumps({"name": self.name, "code": setup, "exprs": exprs}), [e for _, e in checks]
 
 
 #: the harness's first line: the interpreter started in the sandbox (before any code under test ran)
@@ -135,17 +158,40 @@ def _batch_limits(limits: Limits, n: int) -> Limits:
     )
 
 
-def parse_results(res: ProcResult, n: int) -> list[CaseResult]:
-    """The per-case results of one harness run; cases it never reached get the process's status."""
+def _judged(got: Any, expected: list[Any] | None) -> CaseResult:
+    """One harness result line's verdict. A value test passes only on values equal to its
+    expectations (a "passed" line for it was not written by its check); any other test only on
+    "passed". A line that is not the harness's JSON is a runtime error, never a pass."""
+    try:
+        status, wall, error = str(got["status"]), float(got.get("wall", 0.0)), str(got.get("error", ""))
+    except (TypeError, KeyError, ValueError):
+        return CaseResult(False, "runtime_error", 0.0, f"malformed harness result {str(got)[:100]!r}")
+    if expected is None or status not in ("values", "passed"):
+        return CaseResult(status == "passed", status, wall, error)
+    values = got.get("values") if status == "values" else None
+    if not isinstance(values, list) or len(values) != len(expected):
+        return CaseResult(False, "failed", wall, "the test's values did not come back")
+    for value, want in zip(values, expected, strict=True):
+        if not values_equal(value, want):
+            return CaseResult(False, "failed", wall, f"got {value!r}"[:300])
+    return CaseResult(True, "passed", wall)
+
+
+def parse_results(res: ProcResult, expected: list[list[Any] | None]) -> list[CaseResult]:
+    """The per-case results of one harness run, judged against each case's expected values
+    (None: a case that passes by running); cases it never reached get the process's status."""
     lines = [ln[len(MARKER) :] for ln in res.stdout.split("\n") if ln.startswith(MARKER) and ln != READY]
     out = []
-    for k in range(n):
+    for k, want in enumerate(expected):
         if k >= len(lines):
             status = res.status if res.status != "ok" else "runtime_error"
             out.append(CaseResult(False, status, 0.0, res.stderr[-300:] or "harness stopped before this case"))
             continue
-        got = json.loads(lines[k])
-        out.append(CaseResult(got["status"] == "passed", got["status"], float(got.get("wall", 0.0)), got["error"]))
+        try:
+            got = json.loads(lines[k])
+        except ValueError:
+            got = lines[k]
+        out.append(_judged(got, want))
     return out
 
 
@@ -168,10 +214,11 @@ async def run_warm(
     python = get_language("python").run[0]
     argv = [python, "-I", "-S", "-B", "-c", HARNESS, str(limits.wall_s), str(max(1, int(limits.cpu_s + 0.999)))]
     argv.append(",".join(preload))
-    stdin = "".join(json.dumps({"name": c.name, "code": c.code}) + "\n" for c in cases)
+    lines = [case.line() for case in cases]
+    stdin = "".join(line + "\n" for line, _ in lines)
     res = await sandbox.exec(argv, run_dir, io_dir, _batch_limits(limits, len(cases)), uid, stdin)
     res.check_isolation()
-    return parse_results(res, len(cases)), res
+    return parse_results(res, [expected for _, expected in lines]), res
 
 
 async def run_per_process(
