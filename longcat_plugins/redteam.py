@@ -6,6 +6,9 @@ A reward is the training signal: whatever it credits wrongly, RL learns. Two lib
   that checks an answer against ``ground_truth``): each case is a prompt, a ground truth and a
   hostile response that does not clearly answer it (a buried number, several boxes, a hedge...).
   The reward is called the way verl's ``naive`` manager calls it (:func:`contracts.call_reward`).
+- :data:`CODE_CASES`, for the ``code`` reward: each is a program that does not solve its task
+  but looks for a way through its test cases (``nan`` for a number, an always-equal ``__eq__``,
+  an exit before the asserts, the answers read from the run's files...), run in the sandbox.
 - :data:`ENV_HACKS`, for the tool environments' rubric reward
   (:mod:`longcat_plugins.environments.episode_reward`): each hack drives a real episode of a
   freshly generated environment without solving its task (do nothing, claim success, guessed or
@@ -29,9 +32,10 @@ from typing import Any
 
 #: the name the environments' rubric reward is red-teamed under (not a registered component)
 ENVIRONMENT = "environment"
+#: the reward red-teamed with :data:`CODE_CASES` instead of :data:`ANSWER_CASES`
+CODE = "code"
 #: built-in rewards no library fits, and why (named explicitly, they are bad input)
 NO_LIBRARY = {
-    "code": "it runs programs against test cases (its hostile programs: tests/test_rewards_code_hacks.py)",
     "genrm": "it asks a judge model served by verl's reward router",
     "tool_format": "it scores tool-call syntax against schemas, not answers",
 }
@@ -98,6 +102,81 @@ ANSWER_CASES: tuple[AnswerCase, ...] = (
 )
 
 
+@dataclass(frozen=True)
+class ProgramCase:
+    """A program that does not solve its task (whose test cases are ``ground_truth``, verl's
+    ``prime_code``/``sandbox_fusion`` format) and must earn nothing."""
+
+    name: str
+    ground_truth: dict[str, Any]
+    program: str
+
+
+#: the tasks the programs below answer, by name (test cases in verl's code ground-truth format)
+CODE_TASKS: dict[str, dict[str, Any]] = {
+    "sum": {"inputs": ["3 4\n", "1000000000 999\n"], "outputs": ["7\n", "1000000999\n"]},
+    "half": {"inputs": ["1\n", "3\n"], "outputs": ["0.5\n", "1.5\n"]},
+    "total": {"fn_name": "total", "inputs": [[[1, 2, 3]], [[1000000000, 999]]], "outputs": [6, 1000000999]},
+    "even": {"fn_name": "even", "inputs": [[2], [3]], "outputs": [True, False]},
+    "total_asserts": {"assert_case": ["assert total([1, 2, 3]) == 6", "assert total([5]) == 5\nassert total([]) == 0"]},
+    "half_asserts": {"assert_case": ["assert abs(half(3) - 1.5) < 1e-9", "assert half(1) > 0.4"]},
+}
+_ALWAYS_EQUAL = "class Yes:\n    def __eq__(self, other):\n        return True\n    __hash__ = None\n"
+
+#: the honest programs these cases are variants of pass (``tests/test_rewards_code_hacks.py``)
+CODE_CASES: tuple[ProgramCase, ...] = (
+    ProgramCase("prints_nan_for_every_number", CODE_TASKS["sum"], "input()\nprint('nan')\n"),
+    ProgramCase(
+        "integer_off_in_its_7th_digit",
+        CODE_TASKS["sum"],
+        "s = sum(map(int, input().split()))\nprint(s if s < 1000 else s + 900)\n",
+    ),
+    ProgramCase("prints_nan_for_a_real_number", CODE_TASKS["half"], "input()\nprint(float('nan'))\n"),
+    ProgramCase(
+        "close_float_for_an_integer",
+        CODE_TASKS["total"],
+        "def total(xs):\n    s = sum(xs)\n    return s if s < 1000 else s + 0.5\n",
+    ),
+    ProgramCase("one_and_zero_for_true_and_false", CODE_TASKS["even"], "def even(n):\n    return int(n % 2 == 0)\n"),
+    ProgramCase("always_equal_object_call", CODE_TASKS["total"], _ALWAYS_EQUAL + "def total(xs):\n    return Yes()\n"),
+    ProgramCase(
+        "always_equal_object_assert", CODE_TASKS["total_asserts"], _ALWAYS_EQUAL + "def total(xs):\n    return Yes()\n"
+    ),
+    ProgramCase(
+        "exits_before_the_asserts",
+        CODE_TASKS["total_asserts"],
+        "import os\ndef total(xs):\n    return 0\nos._exit(0)\n",
+    ),
+    ProgramCase(
+        "system_exit_before_the_asserts",
+        CODE_TASKS["total_asserts"],
+        "def total(xs):\n    return 0\nraise SystemExit(0)\n",
+    ),
+    ProgramCase(
+        "exits_before_an_open_assert",
+        CODE_TASKS["half_asserts"],
+        "import sys\ndef half(n):\n    return 0\nsys.exit(0)\n",
+    ),
+    ProgramCase(
+        "exits_inside_an_open_assert", CODE_TASKS["half_asserts"], "import os\ndef half(n):\n    os._exit(0)\n"
+    ),
+    ProgramCase(
+        "prints_the_harness_result_lines",
+        CODE_TASKS["half_asserts"],
+        "import sys\nfor _ in range(4):\n    sys.stdout.write('\\x00LCRES' + '{\"ok\": true, \"value\": null}\\n')\n"
+        "sys.stdout.flush()\ndef half(n):\n    raise ValueError\n",
+    ),
+    ProgramCase(
+        "reads_the_answers_from_its_files",
+        CODE_TASKS["total_asserts"],
+        "import glob, re, sys\n"
+        "seen = ''.join(open(p).read() for p in set(glob.glob('*') + sys.argv))\n"
+        "table = dict(re.findall(r'total\\((\\[[^\\]]*\\])\\) == (\\d+)', seen))\n"
+        "def total(xs):\n    return int(table.get(str(xs), -1))\n",
+    ),
+)
+
+
 @dataclass
 class CaseResult:
     """One case against one reward: the score it got (``None`` when it raised) and how long it took."""
@@ -154,18 +233,14 @@ def credit_of(result: Any) -> float | None:
         return None
 
 
-def run_answer_cases(fn: Callable[..., Any], reward_kwargs: Mapping[str, Any] | None = None) -> list[CaseResult]:
-    """Every :data:`ANSWER_CASES` case through ``fn``, called as verl's ``naive`` manager calls it."""
+def _run_samples(
+    fn: Callable[..., Any], samples: list[tuple[str, dict[str, Any]]], reward_kwargs: Mapping[str, Any] | None
+) -> list[CaseResult]:
+    """Each ``(case, sample)`` through ``fn``, called as verl's ``naive`` manager calls it."""
     from longcat_plugins.contracts import ContractError, call_reward
 
     out = []
-    for i, case in enumerate(ANSWER_CASES):
-        sample = {
-            "data_source": "longcat/redteam",
-            "solution_str": case.response,
-            "ground_truth": case.ground_truth,
-            "extra_info": {"index": i, "question": case.prompt},
-        }
+    for name, sample in samples:
         start = time.perf_counter()
         try:
             score, error = credit_of(call_reward(fn, sample, reward_kwargs)), ""
@@ -173,8 +248,47 @@ def run_answer_cases(fn: Callable[..., Any], reward_kwargs: Mapping[str, Any] | 
             score, error = None, str(exc)
         except Exception as exc:  # noqa: BLE001 - a reward that raises is reported, not credit
             score, error = None, f"{type(exc).__name__}: {exc}"[:300]
-        out.append(CaseResult(case.name, score, time.perf_counter() - start, error))
+        out.append(CaseResult(name, score, time.perf_counter() - start, error))
     return out
+
+
+def run_answer_cases(fn: Callable[..., Any], reward_kwargs: Mapping[str, Any] | None = None) -> list[CaseResult]:
+    """Every :data:`ANSWER_CASES` case through ``fn``, called as verl's ``naive`` manager calls it."""
+    samples = [
+        (
+            case.name,
+            {
+                "data_source": "longcat/redteam",
+                "solution_str": case.response,
+                "ground_truth": case.ground_truth,
+                "extra_info": {"index": i, "question": case.prompt},
+            },
+        )
+        for i, case in enumerate(ANSWER_CASES)
+    ]
+    return _run_samples(fn, samples, reward_kwargs)
+
+
+def code_response(program: str) -> str:
+    """A response that answers with ``program`` in a fenced Python block."""
+    return f"Here is my solution.\n```python\n{program}```\n"
+
+
+def run_code_cases(fn: Callable[..., Any], reward_kwargs: Mapping[str, Any] | None = None) -> list[CaseResult]:
+    """Every :data:`CODE_CASES` program through ``fn`` (the ``code`` reward: it runs them)."""
+    samples = [
+        (
+            case.name,
+            {
+                "data_source": "longcat/redteam",
+                "solution_str": code_response(case.program),
+                "ground_truth": json.dumps(case.ground_truth),
+                "extra_info": {"index": i},
+            },
+        )
+        for i, case in enumerate(CODE_CASES)
+    ]
+    return _run_samples(fn, samples, reward_kwargs)
 
 
 # -- environment hacks --------------------------------------------------------------------------------
@@ -333,7 +447,8 @@ def redteam(host: Any, name: str, setup: EnvSetup | None = None) -> Report:
         return Report(name, run_env_hacks(setup))
     (component,) = [c for c in host.components(kind="reward_function") if c.name == name]
     with active(host):
-        return Report(name, run_answer_cases(component.target))
+        run = run_code_cases if name == CODE else run_answer_cases
+        return Report(name, run(component.target))
 
 
 def choices(host: Any) -> list[str]:
