@@ -88,6 +88,29 @@ def mounts() -> int:
 # -- the warm harness ----------------------------------------------------------------------------
 
 
+def run_module(
+    sb: Sandbox, work_root: str, module: str, cases: list[CodeCase], limits: Limits = LIMITS
+) -> tuple[list, int | None]:
+    """``cases`` against a module ``m`` (the code under test) in the warm harness, in a fresh
+    workspace under ``work_root``: the per-case results and the run's uid."""
+
+    async def go() -> tuple[list, int | None]:
+        uid, fd = await sb.lease_uid()
+        ws, io = os.path.join(work_root, "ws"), os.path.join(work_root, "io")
+        os.mkdir(ws, 0o700)
+        os.mkdir(io, 0o700)
+        Path(ws, "m.py").write_text(module)
+        if uid is not None:
+            os.chown(ws, uid, uid)
+            os.chown(os.path.join(ws, "m.py"), uid, uid)
+        try:
+            return (await run_warm(sb, cases, ws, io, uid, limits, ("m",)))[0], uid
+        finally:
+            await sb.release_uid(uid, fd)
+
+    return asyncio.run(go())
+
+
 @pytest.mark.parametrize("level", LEVELS, ids=lambda lv: lv.value)
 def test_warm_harness_isolates_every_case(level: IsolationLevel, work_root: str) -> None:
     limits = dataclasses.replace(LIMITS, wall_s=1.0)
@@ -107,22 +130,8 @@ def test_warm_harness_isolates_every_case(level: IsolationLevel, work_root: str)
         CodeCase("after", "from m import f\nassert f(5) == 10\n"),
     ]
 
-    async def go() -> tuple:
-        uid, fd = await sb.lease_uid()
-        ws, io = os.path.join(work_root, "ws"), os.path.join(work_root, "io")
-        os.mkdir(ws, 0o700)
-        os.mkdir(io, 0o700)
-        Path(ws, "m.py").write_text(mod)
-        if uid is not None:
-            os.chown(ws, uid, uid)
-            os.chown(os.path.join(ws, "m.py"), uid, uid)
-        try:
-            return await run_warm(sb, cases, ws, io, uid, limits, ("m",)), uid
-        finally:
-            await sb.release_uid(uid, fd)
-
     start = time.monotonic()
-    (results, proc), uid = asyncio.run(go())
+    results, uid = run_module(sb, work_root, mod, cases, limits)
     statuses = {c.name: r.status for c, r in zip(cases, results, strict=True)}
     assert [statuses[f"t{i}"] for i in range(6)] == ["passed"] * 6  # each case saw a fresh SEEN
     assert statuses["wrong"] == "failed" and statuses["crash"] == "runtime_error"
@@ -135,25 +144,10 @@ def test_warm_harness_isolates_every_case(level: IsolationLevel, work_root: str)
         assert live_pids_of_uid(uid) == []
 
 
-def run_module(work_root: str, module: str, cases: list[CodeCase]) -> dict[str, str]:
-    """``cases`` against a module ``m`` (the agent's code) in the warm harness: status by case."""
-    sb = Sandbox("auto", LIMITS, work_root=work_root)
-
-    async def go() -> list:
-        uid, fd = await sb.lease_uid()
-        ws, io = os.path.join(work_root, "ws"), os.path.join(work_root, "io")
-        os.mkdir(ws, 0o700)
-        os.mkdir(io, 0o700)
-        Path(ws, "m.py").write_text(module)
-        if uid is not None:
-            os.chown(ws, uid, uid)
-            os.chown(os.path.join(ws, "m.py"), uid, uid)
-        try:
-            return (await run_warm(sb, cases, ws, io, uid, LIMITS, ("m",)))[0]
-        finally:
-            await sb.release_uid(uid, fd)
-
-    return {c.name: r.status for c, r in zip(cases, asyncio.run(go()), strict=True)}
+def statuses_of(work_root: str, module: str, cases: list[CodeCase]) -> dict[str, str]:
+    """Status by case of ``cases`` against the module ``m`` (the agent's code)."""
+    results, _ = run_module(Sandbox("auto", LIMITS, work_root=work_root), work_root, module, cases)
+    return {c.name: r.status for c, r in zip(cases, results, strict=True)}
 
 
 #: hidden tests of the generated tasks' form: imports, then asserts on literal values
@@ -174,9 +168,9 @@ def test_an_agent_that_games_the_hidden_tests_passes_none(name: str, work_root: 
     """The code environment's reward: module code written to pass hidden tests without solving
     them. Their values are judged outside the sandbox, so none passes; the honest module passes
     all, and a test of another form still runs as code."""
-    statuses = run_module(work_root, AGENT_HACKS[name], VALUE_TESTS)
+    statuses = statuses_of(work_root, AGENT_HACKS[name], VALUE_TESTS)
     assert all(s != "passed" for s in statuses.values()), statuses
-    honest = run_module(
+    honest = statuses_of(
         os.path.join(work_root, "honest"),
         "def f(a):\n    return 2 * a\n",
         [*VALUE_TESTS, CodeCase("open", "from m import f\nassert abs(f(0.25) - 0.5) < 1e-12\n")],

@@ -23,6 +23,7 @@ import tempfile
 import time
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
+from functools import partial
 from pathlib import Path
 from typing import Any
 
@@ -448,10 +449,7 @@ class Sandbox:
     ) -> None:
         """Call-based cases: each calls the function on its arguments; the value is compared here."""
 
-        def verdict(expected: Any) -> Verdict:
-            return lambda value: value_matches(value, expected)
-
-        checks = [[(case.args, verdict(case.expected_value))] for case in suite.cases]
+        checks = [[(case.args, partial(value_matches, expected=case.expected_value))] for case in suite.cases]
         await self._run_harness(src, suite.fn_name or "", checks, run_dir, io_dir, uid, report)
 
     async def _run_python_asserts(
@@ -462,9 +460,6 @@ class Sandbox:
         of the sandbox, an ``__eq__`` that always says yes gets nothing). Any other runs in the
         program's namespace and passes when it completes (an exit before it is a failure)."""
 
-        def verdict(expected: Any) -> Verdict:
-            return lambda value: values_equal(value, expected)
-
         checks: list[list[tuple[Any, Verdict | None]]] = []
         for case in suite.cases:
             split = value_checks(case.assert_code or "")
@@ -472,7 +467,7 @@ class Sandbox:
                 checks.append([({"exec": case.assert_code}, None)])
             else:
                 setup, values = split
-                checks.append([({"setup": setup, "expr": expr}, verdict(expected)) for expr, expected in values])
+                checks.append([({"setup": setup, "expr": e}, partial(values_equal, expected=x)) for e, x in values])
         await self._run_harness(src, "", checks, run_dir, io_dir, uid, report)
 
     async def _run_harness(
