@@ -219,11 +219,11 @@ def test_dora_server_stops_a_request_and_continues_it_from_its_prefix_on_a_real_
 
 
 #: the smallest held-out rise, in points, of the 12-step demo on vLLM (issue 30: it learns like
-#: the ``hf`` demo, whose test asks +15 after step 12), measured on the mean of its last two validations
-#: (steps 9 and 12: 128 greedy answers, where one validation's 64 swing by up to 14 points between
-#: steps 6, 9 and 12 of one run). ``bench/bench_engines.py --repeats 4``
-#: (``bench/results/engines.json``): the vLLM runs rose +23.5 to +45.3 points after step 12, and
-#: +22.7 to +40.6 on this mean
+#: the ``hf`` demo, whose test asks +15 after step 12), measured on the mean of the validations
+#: at steps 6, 8, 10 and 12 (256 greedy answers: one validation's 64 swing by up to 14 points
+#: between steps of one run, and a CI run's mean of steps 9 and 12 alone rose only +7.8).
+#: ``bench/bench_engines.py --repeats 4`` (``bench/results/engines.json``, validating every 3
+#: steps): the vLLM runs' mean of their validations at steps 6, 9 and 12 rose +24.5 to +37.0 points
 MIN_HELDOUT_RISE = 0.15
 
 
@@ -231,14 +231,15 @@ MIN_HELDOUT_RISE = 0.15
 def test_demo_learns_on_vllm_with_weights_synced_every_step(warm32: Assets, tmp_path: Path, ray_tmp: Path) -> None:
     """The 12-step warm-start demo on verl's vLLM rollout: every step generates on the weights
     just trained, and held-out exact match rises by 15 points or more."""
-    result = train_demo(warm32, tmp_path / "run", ray_tmp, 12)
+    result = train_demo(warm32, tmp_path / "run", ray_tmp, 12, "trainer.test_freq=2")
     assert "vLLMHttpServer" in result.log.read_text()  # the engine really was vLLM
     steps = sorted(result.steps, key=lambda s: s["step"])
     # the sync first: an engine on other weights than the trainer's explains a run that did not learn
     assert_weights_synced([s for s in steps if s["step"] >= 1])
     curve = [(s["step"], acc) for s in steps if (acc := val_accuracy(s)) is not None]
-    assert [step for step, _ in curve] == [0, 3, 6, 9, 12], curve
-    before, after = curve[0][1], (curve[-2][1] + curve[-1][1]) / 2
+    assert [step for step, _ in curve] == [0, 2, 4, 6, 8, 10, 12], curve
+    later = [acc for step, acc in curve if step >= 6]
+    before, after = curve[0][1], sum(later) / len(later)
     assert after - before >= MIN_HELDOUT_RISE, learning_by_step(steps)
 
 
@@ -405,8 +406,12 @@ def test_code_agent_on_vllm(assets32: Assets, tmp_path: Path, ray_tmp: Path) -> 
     val = tmp_path / "val.parquet"
     pd.read_parquet(tasks).head(2).to_parquet(val)
     by_step = train_agent("code_agent_cpu", tasks, val, assets32.model, tmp_path / "run", ray_tmp)
-    for step in (1, 2):
-        assert 0.0 < by_step[step]["critic/score/mean"] < 1.0
+    # each episode scores the share of its task's hidden tests passed: the untrained model leaves
+    # the bug in, which passes some tasks' hidden tests and none of others'. A step whose batch
+    # drew only the latter scores 0 (seen in a CI run), so partial credit is asked of both steps
+    # together, and full credit of neither
+    scores = [by_step[step]["critic/score/mean"] for step in (1, 2)]
+    assert all(0.0 <= s < 1.0 for s in scores) and max(scores) > 0.0, scores
     assert by_step[0]["val-aux/longcat_code_env/longcat_reward_valid/mean@1"] == 1.0
 
 
