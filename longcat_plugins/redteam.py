@@ -99,6 +99,10 @@ ANSWER_CASES: tuple[AnswerCase, ...] = (
     AnswerCase("hedge_tuple", "What is 5 plus 1?", "6", "\\boxed{5, 6}"),
     AnswerCase("hedge_plus_minus", "What is 5 plus 1?", "6", "\\boxed{\\pm 6}"),
     AnswerCase("hedge_range", "What is 5 plus 1?", "6", "\\boxed{5 \\le x \\le 7}"),
+    _six_times_seven("question_in_box", "The answer is \\boxed{42?}"),
+    _six_times_seven("questioned_box", "Could the answer be \\boxed{42}?"),
+    _six_times_seven("hedge_as_unit", "The answer is \\boxed{42 \\text{ I think}}."),
+    _six_times_seven("negation_as_unit", "\\boxed{42 \\text{ is wrong}}"),
 )
 
 

@@ -126,6 +126,8 @@ EQUIVALENT = [
     (r"45^\circ", r"\frac{\pi}{4}"),
     ("90 degrees", r"90^\circ"),
     (r"5\text{ cm}", "5"),
+    (r"5 \text{ apples}", "5"),  # any plain noun after the value is a unit
+    ("5!", "120"),  # a factorial
     (r"12 \text{ inches}", "12"),
     (r"\$5", "5"),
     (r"\begin{pmatrix} 1 & 2 \\ 3 & 4 \end{pmatrix}", r"\begin{bmatrix} 1 & 2 \\ 3 & 4 \end{bmatrix}"),
@@ -289,6 +291,15 @@ DIFFERENT = [
     ("070", "7"),
     ("1 250 001", "1250000"),  # main: 1 * 250 * 1
     ("2 000", "0"),  # main: the product 2 * 000
+    # a question mark, a factorial, a hedge or a negation written as a unit: never the bare value
+    ("42?", "42"),
+    ("?42", "42"),
+    (r"42\text{?}", "42"),
+    ("42!", "42"),
+    (r"42 \text{ I think}", "42"),
+    (r"42\text{ is wrong}", "42"),
+    (r"42 \mbox{ not}", "42"),
+    (r"42 \text{ approximately}", "42"),
 ]
 
 
@@ -463,6 +474,15 @@ def test_a_negated_box_is_no_answer(response: str) -> None:
 
 
 @pytest.mark.parametrize(
+    "response", [r"Is the answer \boxed{6}?", r"Could it be $\boxed{6}$ ?", r"The answer: (\boxed{6})?"]
+)
+def test_a_questioned_box_is_no_answer(response: str) -> None:
+    """A box the text asks about is not an answer the model gave (found by probing the reward)."""
+    res = compute_score("math", response, "6")
+    assert res["score"] == 0.0 and res[VALID_KEY] == 1.0
+
+
+@pytest.mark.parametrize(
     "response",
     [r"Note: \boxed{6}", r"It is not hard: the answer is \boxed{6}.", r"Knot count: \boxed{6}", r"\boxed{6}"],
 )
@@ -480,6 +500,7 @@ def test_several_or_empty_boxes_are_never_credited(response: str) -> None:
 
 def test_the_same_answer_boxed_twice_is_credited() -> None:
     assert compute_score("math", r"\boxed{6}, so the answer is \boxed{ 6 }.", "6")["score"] == 1.0
+    assert compute_score("math", r"Why? The answer is \boxed{6}. Is that all? Yes.", "6")["score"] == 1.0
 
 
 def test_a_hedged_final_answer_is_not_credited() -> None:

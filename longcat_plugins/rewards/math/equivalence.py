@@ -65,7 +65,15 @@ _ALLOWED_FUNCS = {
 _THOUSANDS = re.compile(r"^-?\d{1,3}(,\d{3})+(\.\d+)?$")
 #: ``1 000 000``: thin-space thousands (SI style), never the product 1 * 000 * 000
 _SPACED_THOUSANDS = re.compile(r"^-?\d{1,3}( \d{3})+(\.\d+)?$")
-_TEXT_NORMALISE = re.compile(r"[\s.,;:!?'\"`]+")
+#: punctuation a text answer may carry; not ``!`` (a factorial: ``5!`` is 120) nor ``?`` (a question)
+_TEXT_NORMALISE = re.compile(r"[\s.,;:'\"`]+")
+#: words that make trailing ``\text{...}`` a hedge or a negation, never a unit: ``42 \text{ I think}``,
+#: ``42 \text{ is wrong}``
+_NOT_A_UNIT = re.compile(
+    r"\b(?:not?|never|wrong|incorrect|false|untrue|maybe|perhaps|probably|possibly|likely|unlikely|think|"
+    r"guess(?:ed|ing)?|believe|sure|unsure|uncertain|approx(?:imately)?|about|around|roughly|nearly|almost|"
+    r"or|nor|either|if|unless|except|but|than|wait|hmm|idk)\b"
+)
 MAX_LEN = 1000
 
 
@@ -346,7 +354,7 @@ def _split_unit(s: str) -> tuple[str, str | None]:
         m = pattern.search(s)
         if m and m.start() > 0 and re.search(r"[\d})a-zA-Z]$", s[: m.start()].strip()):
             unit = re.sub(r"\s+", " ", m.group(1)).strip().lower()
-            if unit and (pattern is _PLAIN_UNIT or re.fullmatch(r"[a-z ]+", unit)):
+            if unit and (pattern is _PLAIN_UNIT or (re.fullmatch(r"[a-z ]+", unit) and not _NOT_A_UNIT.search(unit))):
                 return s[: m.start()].strip(), unit + (m.group(2) or "").replace(" ", "")
     return s, None
 
@@ -629,6 +637,8 @@ def check(pred: str, gold: str) -> tuple[str, str]:
     pred, gold = normalise(pred), normalise(gold)
     if pred == gold:
         return EQUAL, "identical after normalisation"
+    if "?" in pred and "?" not in gold:
+        return DIFFERENT, "a question mark: a guess, not an answer"
     try:
         for sep in ("\\cup", "∪"):
             if sep in gold:

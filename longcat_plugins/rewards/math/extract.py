@@ -54,6 +54,8 @@ _RETRACTION_RE = re.compile(
 _NEGATED_BOX_RE = re.compile(
     r"(?:\bnot|\bcannot|n't|\bnever|\bno longer)(?:\s+(?:be|equal\s+to|equals?))?[\s:,=]*(?:\$\s*)?$", re.IGNORECASE
 )
+#: a question mark right after the last box (past closing ``$``/``)``/``}``): the box is asked, not answered
+_QUESTIONED_BOX_RE = re.compile(r"[\s$)}\]]*\?")
 _WORD_RE = re.compile(r"\S+")
 
 
@@ -115,6 +117,8 @@ def boxed_answer(text: str) -> str | None:
     if len({_box_key(content) for content, _ in boxes}) > 1:
         return None  # \boxed{5} ... \boxed{6}: several answers, none of them clearly the answer
     content, end = boxes[-1]
+    if _QUESTIONED_BOX_RE.match(text, end):
+        return None  # "is it \boxed{5}?": a question, not an answer
     if _RETRACTION_RE.search(text, end):
         return None
     start = max(text.rfind("\\boxed", 0, end), text.rfind("\\fbox", 0, end))
