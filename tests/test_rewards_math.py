@@ -505,7 +505,11 @@ def test_the_same_answer_boxed_twice_is_credited() -> None:
 
 def test_a_hedged_final_answer_is_not_credited() -> None:
     assert compute_score("math", "The final answer is $5$ or $6$.", "6")["score"] == 0.0
+    # one span with another number or a question mark after it: the line is graded as one
+    assert compute_score("math", "The final answer is $6$ or 5.", "6")["score"] == 0.0
+    assert compute_score("math", "The final answer is $6$?", "6")["score"] == 0.0
     assert compute_score("math", "The final answer is $6$.", "6")["score"] == 1.0
+    assert compute_score("math", "The final answer is $6$ apples.", "6")["score"] == 1.0
 
 
 def test_responses_past_the_size_limits_are_invalid_not_truncated() -> None:

@@ -14,7 +14,8 @@ never a guess. In order:
    retraction may follow, as for boxes);
 4. otherwise an explicit final-answer phrase ("the final answer is", "the answer is",
    ``Answer:`` at the start of a line): the rest of that line, or its one ``$...$`` span
-   (several spans are graded together: ``$5$ or $6$`` is a hedge, not 6);
+   (several spans are graded together: ``$5$ or $6$`` is a hedge, not 6; so is one span followed
+   by a number or a question mark, ``$6$ or 5`` or ``$6$?``);
 5. otherwise a final line that is only one number or one math span (``$...$``, ``\\[...\\]``).
 
 No other fallback: the last number or math span in running text is not an answer.
@@ -139,9 +140,10 @@ def _gsm8k_answer(text: str, lines: list[re.Match[str]]) -> str | None:
 
 def _phrase_answer(line: str) -> str:
     line = line.strip()
-    dollars = _DOLLAR_RE.findall(line)
-    if len(dollars) == 1:
-        return dollars[0].strip()
+    dollars = list(_DOLLAR_RE.finditer(line))
+    # one span, unless a number or a question mark follows it ("$5$ or 6", "$5$?"): then the line
+    if len(dollars) == 1 and not re.search(r"[\d?]", line[dollars[0].end() :]):
+        return dollars[0].group(1).strip()
     # several spans ("$5$ or $6$"): the whole line, so a hedge is graded as one, never as its last part
     return line.replace("$", "").rstrip(".").strip().strip("*").strip()
 
