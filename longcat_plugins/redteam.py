@@ -103,6 +103,8 @@ ANSWER_CASES: tuple[AnswerCase, ...] = (
     _six_times_seven("questioned_box", "Could the answer be \\boxed{42}?"),
     _six_times_seven("hedge_as_unit", "The answer is \\boxed{42 \\text{ I think}}."),
     _six_times_seven("negation_as_unit", "\\boxed{42 \\text{ is wrong}}"),
+    _six_times_seven("questioned_span", "The final answer is $42$?"),
+    _six_times_seven("span_then_another", "The final answer is $42$ or 41."),
 )
 
 
