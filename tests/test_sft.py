@@ -3,11 +3,13 @@ refused in the driver, naming the argument, and leaves nothing behind."""
 
 from __future__ import annotations
 
+import socket
 from pathlib import Path
 
 import pandas as pd
 import pytest
 
+from longcat_plugins.learning import sft
 from longcat_plugins.learning.sft import SFTConfig, SFTError, build_command, check_sft_inputs, run_sft
 
 
@@ -105,3 +107,47 @@ def test_cached_dataset_gives_the_parents_items(tmp_path: Path) -> None:
     cmd = build_command(tmp_path / "m", [data], tmp_path / "w", SFTConfig())
     assert "data.custom_cls.path=pkg://longcat_plugins.learning.sft_dataset" in cmd
     assert "data.custom_cls.name=CachedMultiTurnSFTDataset" in cmd
+
+
+def test_the_rendezvous_port_is_outside_the_ephemeral_range_and_free() -> None:
+    """Ports the kernel hands out for port 0 (Ray's, vLLM's, a parallel run's) come from the
+    ephemeral range; the child's rendezvous port is picked below it, where none of them land."""
+    low = int(Path("/proc/sys/net/ipv4/ip_local_port_range").read_text().split()[0])
+    for _ in range(20):
+        port = sft._free_port()
+        assert 20000 <= port < low
+        with socket.socket() as s:
+            s.bind(("127.0.0.1", port))
+
+
+def _ports_then(monkeypatch: pytest.MonkeyPatch, taken: int, busy_calls: int) -> list[int]:
+    """Make the first ``busy_calls`` port choices ``taken`` (a port another process listens on)."""
+    real, calls = sft._free_port, []
+
+    def choose() -> int:
+        calls.append(1)
+        return taken if len(calls) <= busy_calls else real()
+
+    monkeypatch.setattr(sft, "_free_port", choose)
+    return calls
+
+
+@pytest.mark.parametrize("busy_calls", [1, sft.PORT_ATTEMPTS])
+def test_a_child_that_loses_its_port_is_started_again_on_another(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, busy_calls: int
+) -> None:
+    """A real verl child whose rendezvous port another process took between the check and its
+    bind (seen in CI: EADDRINUSE) is started again on a new port, up to PORT_ATTEMPTS times;
+    then the error is the child's own. Here the model is not loadable, so the run that gets a
+    port fails on the model, not on the port."""
+    with socket.socket() as other:
+        other.bind(("127.0.0.1", 0))
+        other.listen()
+        calls = _ports_then(monkeypatch, other.getsockname()[1], busy_calls)
+        with pytest.raises(SFTError, match=r"verl's SFT trainer failed \(exit [1-9]") as failed:
+            run_sft(_model(tmp_path / "m"), _messages(tmp_path / "d.parquet"), tmp_path / "out", SFTConfig(epochs=1))
+    if busy_calls < sft.PORT_ATTEMPTS:
+        assert len(calls) == busy_calls + 1 and "EADDRINUSE" not in str(failed.value)
+    else:
+        assert len(calls) == sft.PORT_ATTEMPTS and "EADDRINUSE" in str(failed.value)
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["d.parquet", "m"]

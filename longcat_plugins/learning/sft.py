@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import json
 import os
+import random
 import shutil
 import socket
 import subprocess
@@ -93,10 +94,34 @@ def check_sft_inputs(base_model: Path, train_files: Sequence[Path], available_by
             raise SFTError(f"train_files: {str(path)!r} has no 'messages' column (columns: {', '.join(columns)})")
 
 
+#: how often a run that lost its rendezvous port to another process is started again
+PORT_ATTEMPTS = 3
+
+
 def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
+    """A port free now for the child's rendezvous, below the kernel's ephemeral range and above
+    Ray's worker ports (10002-19999): a port the kernel handed out for port 0 is soon handed to
+    another process (Ray, vLLM, a parallel SFT) before the child binds it. Another process can
+    still take it, rarely: :func:`run_sft` then starts the run again on another port."""
+    try:
+        low = int(Path("/proc/sys/net/ipv4/ip_local_port_range").read_text().split()[0])
+    except (OSError, ValueError, IndexError):
+        low = 32768
+    candidates = list(range(20000, low))
+    random.SystemRandom().shuffle(candidates)
+    for port in [*candidates[:200], 0]:  # 0: the kernel's choice, when that range is empty or full
+        with socket.socket() as s:
+            try:
+                s.bind(("127.0.0.1", port))
+            except OSError:
+                continue
+            return int(s.getsockname()[1])
+    raise SFTError("no free local port for the SFT run's rendezvous")
+
+
+def _lost_its_port(lines: Sequence[str]) -> bool:
+    """The child failed because its rendezvous port was taken between our check and its bind."""
+    return any("EADDRINUSE" in line and "DistNetworkError" in line for line in lines)
 
 
 def build_command(
@@ -160,33 +185,38 @@ def run_sft(
     proc: subprocess.Popen[str] | None = None
     try:
         command = build_command(base_model, files, tmp, config, overrides)
-        env = {
-            **os.environ,
-            "LONGCAT_RUNTIME": "cpu",
-            "PYTHONUNBUFFERED": "1",
-            # one rank, as torchrun would describe it
-            "RANK": "0",
-            "LOCAL_RANK": "0",
-            "WORLD_SIZE": "1",
-            "LOCAL_WORLD_SIZE": "1",
-            "MASTER_ADDR": "127.0.0.1",
-            "MASTER_PORT": str(_free_port()),
-        }
         lines: list[str] = []
         with open(tmp / "sft.log", "w") as log:
-            log.write("$ " + " ".join(command) + "\n")
-            proc = subprocess.Popen(
-                command, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, env=env, cwd=tmp
-            )
-            assert proc.stdout is not None
-            for line in proc.stdout:
-                log.write(line)
-                log.flush()
-                lines.append(line)
-                del lines[:-30]
-                if on_line is not None:
-                    on_line(line)
-            returncode = proc.wait()
+            for attempt in range(1, PORT_ATTEMPTS + 1):
+                env = {
+                    **os.environ,
+                    "LONGCAT_RUNTIME": "cpu",
+                    "PYTHONUNBUFFERED": "1",
+                    # one rank, as torchrun would describe it
+                    "RANK": "0",
+                    "LOCAL_RANK": "0",
+                    "WORLD_SIZE": "1",
+                    "LOCAL_WORLD_SIZE": "1",
+                    "MASTER_ADDR": "127.0.0.1",
+                    "MASTER_PORT": str(_free_port()),
+                }
+                log.write(f"$ MASTER_PORT={env['MASTER_PORT']} " + " ".join(command) + "\n")
+                proc = subprocess.Popen(
+                    command, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, env=env, cwd=tmp
+                )
+                assert proc.stdout is not None
+                lines = []
+                for line in proc.stdout:
+                    log.write(line)
+                    log.flush()
+                    lines.append(line)
+                    del lines[:-30]
+                    if on_line is not None:
+                        on_line(line)
+                returncode = proc.wait()
+                if returncode == 0 or not _lost_its_port(lines) or attempt == PORT_ATTEMPTS:
+                    break
+                log.write(f"# MASTER_PORT {env['MASTER_PORT']} was taken before the run bound it: again\n")
         exported = sorted((tmp / "checkpoints").glob("global_step_*/huggingface"), key=lambda p: p.parent.name)
         if returncode != 0 or not exported or not any(exported[-1].glob("*.safetensors")):
             raise SFTError(
