@@ -24,6 +24,7 @@ import tempfile
 from collections.abc import Callable, Sequence
 from dataclasses import asdict, dataclass
 from pathlib import Path
+from typing import IO
 
 #: bytes per parameter SFT holds: fp32 weights, grads and two Adam moments (no ref, no rollout)
 SFT_BYTES_PER_PARAM = 4 * 4
@@ -107,9 +108,9 @@ def _free_port() -> int:
         low = int(Path("/proc/sys/net/ipv4/ip_local_port_range").read_text().split()[0])
     except (OSError, ValueError, IndexError):
         low = 32768
-    candidates = list(range(20000, low))
-    random.SystemRandom().shuffle(candidates)
-    for port in [*candidates[:200], 0]:  # 0: the kernel's choice, when that range is empty or full
+    rng = random.SystemRandom()
+    tries = [rng.randrange(20000, low) for _ in range(200)] if low > 20000 else []
+    for port in [*tries, 0]:  # 0: the kernel's choice, when that range is empty or full
         with socket.socket() as s:
             try:
                 s.bind(("127.0.0.1", port))
@@ -122,6 +123,20 @@ def _free_port() -> int:
 def _lost_its_port(lines: Sequence[str]) -> bool:
     """The child failed because its rendezvous port was taken between our check and its bind."""
     return any("EADDRINUSE" in line and "DistNetworkError" in line for line in lines)
+
+
+def _follow(proc: subprocess.Popen[str], log: IO[str], on_line: Callable[[str], None] | None) -> list[str]:
+    """Copy the child's output to ``log`` (and ``on_line``) until it closes; its last 30 lines."""
+    assert proc.stdout is not None
+    lines: list[str] = []
+    for line in proc.stdout:
+        log.write(line)
+        log.flush()
+        lines.append(line)
+        del lines[:-30]
+        if on_line is not None:
+            on_line(line)
+    return lines
 
 
 def build_command(
@@ -185,34 +200,25 @@ def run_sft(
     proc: subprocess.Popen[str] | None = None
     try:
         command = build_command(base_model, files, tmp, config, overrides)
-        lines: list[str] = []
+        env = {
+            **os.environ,
+            "LONGCAT_RUNTIME": "cpu",
+            "PYTHONUNBUFFERED": "1",
+            # one rank, as torchrun would describe it
+            "RANK": "0",
+            "LOCAL_RANK": "0",
+            "WORLD_SIZE": "1",
+            "LOCAL_WORLD_SIZE": "1",
+            "MASTER_ADDR": "127.0.0.1",
+        }
         with open(tmp / "sft.log", "w") as log:
             for attempt in range(1, PORT_ATTEMPTS + 1):
-                env = {
-                    **os.environ,
-                    "LONGCAT_RUNTIME": "cpu",
-                    "PYTHONUNBUFFERED": "1",
-                    # one rank, as torchrun would describe it
-                    "RANK": "0",
-                    "LOCAL_RANK": "0",
-                    "WORLD_SIZE": "1",
-                    "LOCAL_WORLD_SIZE": "1",
-                    "MASTER_ADDR": "127.0.0.1",
-                    "MASTER_PORT": str(_free_port()),
-                }
+                env["MASTER_PORT"] = str(_free_port())
                 log.write(f"$ MASTER_PORT={env['MASTER_PORT']} " + " ".join(command) + "\n")
                 proc = subprocess.Popen(
                     command, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, env=env, cwd=tmp
                 )
-                assert proc.stdout is not None
-                lines = []
-                for line in proc.stdout:
-                    log.write(line)
-                    log.flush()
-                    lines.append(line)
-                    del lines[:-30]
-                    if on_line is not None:
-                        on_line(line)
+                lines = _follow(proc, log, on_line)
                 returncode = proc.wait()
                 if returncode == 0 or not _lost_its_port(lines) or attempt == PORT_ATTEMPTS:
                     break
