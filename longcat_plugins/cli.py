@@ -380,6 +380,44 @@ def assets(size: str, seed: int, cache_dir: str | None) -> None:
     console.print(f"model:  {built.model}\ntrain:  {built.train}\nval:    {built.val}", markup=False)
 
 
+@main.command("warm-starts")
+@click.argument("names", nargs=-1)
+@click.option("--all", "build_all", is_flag=True, help="build every warm start of the catalog")
+@click.option("--for-tests", is_flag=True, help="build the ones the test suites start from")
+@click.option(
+    "--cache-dir", type=click.Path(file_okay=False), help="default: $LONGCAT_CACHE or ~/.cache/longcat-plugins"
+)
+def warm_starts(names: tuple[str, ...], build_all: bool, for_tests: bool, cache_dir: str | None) -> None:
+    """Build (once, one at a time) the warm starts NAMES, or list them all with who starts from
+    each. Building ahead changes no weight; on a small machine it keeps their SFT from sharing
+    the cores with a test suite (the README's test command builds the suites' ones first)."""
+    import time
+    from pathlib import Path
+
+    from longcat_plugins.learning.warm_catalog import CATALOG, FOR_TESTS, check_names, warm_start
+
+    if sum((bool(names), build_all, for_tests)) > 1:
+        click.echo("warm-starts: give NAMES, --all or --for-tests, one of them", err=True)
+        sys.exit(2)
+    if for_tests:
+        names = FOR_TESTS
+    if not names and not build_all:
+        width = max(map(len, CATALOG))
+        for name, entry in CATALOG.items():
+            click.echo(f"{name:<{width}}  {entry.used_by}")
+        return
+    try:
+        check_names(names)
+    except ValueError as e:
+        click.echo(f"warm-starts: {e}", err=True)
+        sys.exit(2)
+    cache = Path(cache_dir) if cache_dir else None
+    for name in names or tuple(CATALOG):
+        start = time.monotonic()
+        built = warm_start(name, cache)
+        click.echo(f"{name}: {built.model} ({time.monotonic() - start:.0f} s)")
+
+
 @main.command(context_settings={"ignore_unknown_options": True})
 @click.option(
     "--steps",

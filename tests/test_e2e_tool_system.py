@@ -51,10 +51,9 @@ SHOWN = (
 @pytest.fixture(scope="session")
 def tool_verdict_warm() -> WarmStart:
     """The lane's tool warm start (as ``tests/test_vllm_lane.py``'s ``tool_warm32``), plus verdicts."""
-    from longcat_plugins.learning.tool_verdicts import ensure_verdict_warm_start
-    from longcat_plugins.learning.tool_warmstart import LANE_PLAN, ensure_tool_warm_start
+    from longcat_plugins.learning.warm_catalog import warm_start
 
-    return ensure_verdict_warm_start(ensure_tool_warm_start(None, LANE_PLAN))
+    return warm_start("lane-tool-verdicts")  # CI builds it ahead of the suite (.ci/run)
 
 
 def train(warm: WarmStart, steps: int, run_dir: Path, ray_tmp: Path, *overrides: str) -> list[dict]:
@@ -102,10 +101,9 @@ def test_tool_episodes_train_under_dora_scored_by_their_rubric_through_the_route
 @pytest.fixture(scope="session")
 def tool_demo_verdict_warm() -> WarmStart:
     """The demo's tool warm start (``DEMO_PLAN``: the one ``demo --recipe longcat_tool`` builds), plus verdicts."""
-    from longcat_plugins.learning.tool_verdicts import ensure_verdict_warm_start
-    from longcat_plugins.learning.tool_warmstart import demo_plan, ensure_tool_warm_start
+    from longcat_plugins.learning.warm_catalog import warm_start
 
-    return ensure_verdict_warm_start(ensure_tool_warm_start(None, demo_plan("tiny")))
+    return warm_start("tool-verdicts")  # CI builds it ahead of the suite (.ci/run)
 
 
 def test_the_tool_system_recipe_runs_with_every_component_acting(

@@ -56,17 +56,17 @@ def assert_weights_synced(steps: list[dict]) -> None:
 @pytest.fixture(scope="session")
 def warm32() -> Assets:
     """The tiny32 warm start, from the shared asset cache (built once, then reused by CI)."""
-    from longcat_plugins.learning.arithmetic_warmstart import ensure_warm_start
+    from longcat_plugins.learning.warm_catalog import warm_start
 
-    return ensure_warm_start(None, size="tiny32")
+    return warm_start("lane-arithmetic")
 
 
 @pytest.fixture(scope="session")
 def tool_warm32() -> WarmStart:
     """The lane's tool warm start (``LANE_PLAN``: tiny32 SFT'd to write hermes calls), cached like the others."""
-    from longcat_plugins.learning.tool_warmstart import LANE_PLAN, ensure_tool_warm_start
+    from longcat_plugins.learning.warm_catalog import warm_start
 
-    return ensure_tool_warm_start(None, LANE_PLAN)
+    return warm_start("lane-tool")
 
 
 @pytest.fixture(scope="session")
