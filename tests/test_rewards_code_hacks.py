@@ -128,6 +128,10 @@ HONEST = {
     "tells even (call)": ("class Solution:\n    def even(self, n):\n        return n % 2 == 0\n", "even"),
     "totals (assert)": ("def total(xs):\n    return sum(xs)\n", "total_asserts"),
     "halves (open-form assert)": ("def half(n):\n    print('working')\n    return n / 2\n", "half_asserts"),
+    "halves (module function)": ("import math\ndef half(n):\n    return math.ldexp(n, -1)\n", "half_isclose"),
+    "tells even (truth)": ("def even(n):\n    return n % 2 == 0\n", "even_asserts"),
+    "tops (builtins on the value)": ("def top(n):\n    return list(range(n, 0, -1))\n", "top_asserts"),
+    "tops (comprehensions)": ("def top(n):\n    return [i for i in range(1, n + 1)]\n", "top_loop"),
 }
 
 

@@ -39,6 +39,7 @@ from longcat_plugins.rewards.sandbox.isolation import (
 )
 from longcat_plugins.rewards.sandbox.languages import Language, get_language
 from longcat_plugins.rewards.sandbox.limits import COMPILE_LIMITS, Limits
+from longcat_plugins.rewards.sandbox.split_asserts import Unsplittable, program_names, split_test, split_value
 from longcat_plugins.rewards.sandbox.testcases import (
     TestCase,
     TestSuite,
@@ -53,43 +54,8 @@ logger = logging.getLogger(__name__)
 
 _ENV = {"PATH": "/usr/local/bin:/usr/bin:/bin", "LANG": "C.UTF-8", "HOME": "/nonexistent", "PYTHONHASHSEED": "0"}
 
-_HARNESS = """
-import json, os, sys, traceback
-from typing import *
-import collections, heapq, bisect, itertools, functools, math, string, re
-from collections import *
-from heapq import *
-from itertools import *
-from functools import *
-from math import *
-results = os.fdopen(os.dup(1), "w")  # the harness's own lines; the program's prints go to stderr
-os.dup2(2, 1)
-ns = {"__name__": "solution"}
-exec(compile(open(sys.argv[1]).read(), "solution.py", "exec"), ns)
-fn_name = sys.argv[2]
-for line in open(sys.argv[3]):
-    case = json.loads(line)
-    try:
-        if isinstance(case, list):
-            fn = ns.get(fn_name) or getattr(ns["Solution"](), fn_name)
-            value = fn(*case)
-        elif "expr" in case:
-            exec(compile(case["setup"], "<test>", "exec"), ns)
-            value = eval(compile(case["expr"], "<test>", "eval"), ns)
-        else:
-            exec(compile(case["exec"], "<test>", "exec"), ns)
-            value = None
-        if isinstance(value, tuple):
-            value = list(value)
-        out = {"ok": True, "value": value}
-    except BaseException as exc:
-        out = {"ok": False, "error": type(exc).__name__ + ": " + str(exc)[:200]}
-    try:
-        results.write("\\x00LCRES" + json.dumps(out) + "\\n")
-    except (TypeError, ValueError):
-        results.write("\\x00LCRES" + json.dumps({"ok": True, "value": repr(out.get("value"))}) + "\\n")
-    results.flush()
-"""
+#: the judge-and-child script of call-based and assert-based Python tests (see its docstring)
+_HARNESS = (Path(__file__).parent / "harness.py").read_text()
 
 
 def live_pids_of_uid(uid: int) -> list[int]:
@@ -457,42 +423,59 @@ class Sandbox:
     ) -> None:
         """Python assert cases. One made of ``assert <expr> == <literal>`` statements runs as its
         expressions' values, compared here (:func:`value_checks`: the expectation stays out
-        of the sandbox, an ``__eq__`` that always says yes gets nothing). Any other runs in the
-        program's namespace and passes when it completes (an exit before it is a failure)."""
+        of the sandbox, an ``__eq__`` that always says yes gets nothing). Any other is cut by
+        :func:`.split_asserts.split_test`: its calls into the program run in the program's process,
+        the rest of each assert in the harness's judge. One that cannot be cut is not credited."""
 
-        checks: list[list[tuple[Any, Verdict | None]]] = []
+        defined = program_names(Path(src).read_text())
+        checks: list[list[tuple[Any, Verdict | None]] | CaseResult] = []
         for case in suite.cases:
-            split = value_checks(case.assert_code or "")
-            if split is None:
-                checks.append([({"exec": case.assert_code}, None)])
-            else:
-                setup, values = split
-                checks.append([({"setup": setup, "expr": e}, partial(values_equal, expected=x)) for e, x in values])
+            try:
+                literal = value_checks(case.assert_code or "")
+                if literal is not None:
+                    setup, values = literal
+                    cuts = [(split_value(setup, e, defined), partial(values_equal, expected=x)) for e, x in values]
+                else:
+                    cuts = [(split_test(case.assert_code or "", defined), None)]
+            except Unsplittable as exc:
+                checks.append(CaseResult(False, "unsupported_test", 0.0, f"not credited: {exc}"))
+                continue
+            checks.append([({"split": cut.child, "judge": cut.judge}, verdict) for cut, verdict in cuts])
         await self._run_harness(src, "", checks, run_dir, io_dir, uid, report)
 
     async def _run_harness(
         self,
         src: str,
         fn_name: str,
-        checks: list[list[tuple[Any, Verdict | None]]],
+        checks: list[list[tuple[Any, Verdict | None]] | CaseResult],
         run_dir: str,
         io_dir: str,
         uid: int | None,
         report: SandboxReport,
     ) -> None:
-        """Run every case's checks in the program's namespace (one interpreter per batch, or per
+        """Run every case's checks through the harness (one interpreter pair per batch, or per
         case); a case passes when each of its checks ran and its value passed its verdict
-        (``None``: completing is the pass)."""
+        (``None``: the judge's own verdict is the pass). A :class:`CaseResult` among ``checks``
+        is a verdict reached before running anything, kept in its place."""
         harness = os.path.join(run_dir, "harness.py")
         Path(harness).write_text(_HARNESS)
         os.chmod(harness, 0o644)
         python = get_language("python").run[0]
-        groups = [checks] if self.python_call_mode == "batch" else [[c] for c in checks]
+        groups: list[list[list[tuple[Any, Verdict | None]] | CaseResult]] = (
+            [checks] if self.python_call_mode == "batch" else [[c] for c in checks]
+        )
         for group in groups:
+            runnable = [case for case in group if not isinstance(case, CaseResult)]
+            if not runnable:
+                report.cases.extend(c for c in group if isinstance(c, CaseResult))
+                continue
+            payloads = [payload for case in runnable for payload, _ in case]
+            # the judge's half of each split test goes on stdin: it never touches the program's files
+            judged = {str(i): p.pop("judge") for i, p in enumerate(payloads) if isinstance(p, dict) and "split" in p}
             cases_path = os.path.join(run_dir, "cases.jsonl")
-            Path(cases_path).write_text("".join(json.dumps(payload) + "\n" for case in group for payload, _ in case))
+            Path(cases_path).write_text("".join(json.dumps(payload) + "\n" for payload in payloads))
             os.chmod(cases_path, 0o644)
-            n = sum(len(case) for case in group)
+            n = len(payloads)
             limits = Limits(
                 cpu_s=min(self.limits.cpu_s * n, 120.0),
                 wall_s=min(self.limits.wall_s * n, 180.0),
@@ -503,10 +486,12 @@ class Sandbox:
                 output_bytes=self.limits.output_bytes * 4,
             )
             argv = [python, "-I", "-S", "-B", harness, src, fn_name, cases_path]
-            res = await self.exec(argv, run_dir, io_dir, limits, uid)
+            res = await self.exec(argv, run_dir, io_dir, limits, uid, json.dumps(judged))
             lines = iter([ln[6:] for ln in res.stdout.split("\n") if ln.startswith("\x00LCRES")])
             for case in group:
-                report.cases.append(_harness_verdict(case, lines, res, len(case) / n))
+                report.cases.append(
+                    case if isinstance(case, CaseResult) else _harness_verdict(case, lines, res, len(case) / n)
+                )
             if res.status != "ok":
                 await self._sweep(uid)
 
