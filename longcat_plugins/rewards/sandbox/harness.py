@@ -4,9 +4,10 @@ judge's part of the checks on stdin). Standalone: it imports nothing of this pac
 
 Two processes, so that no result can be forged by the program:
 
-- the **judge** (this process) reads its checks, makes itself non-dumpable (a process of the
-  same uid can then neither open its file descriptors through ``/proc`` nor trace it), forks,
-  and is the only writer of the result lines on stdout. It never runs the program's code.
+- the **judge** (this process) makes itself non-dumpable (a process of the same uid can then
+  neither open its file descriptors through ``/proc`` nor trace it), forks, reads its checks
+  (only after the fork: the child's copy of its memory never holds them), and is the only
+  writer of the result lines on stdout. It never runs the program's code.
 - the **child** closes stdin and the result channel, points its stdout at stderr, loads the
   program and answers each step of ``CASES`` with one message on a pipe: a call's value, an
   assert's probe value (as plain data: :func:`plain`), or that a statement ran.
@@ -256,7 +257,6 @@ def _nondumpable() -> None:
 def main() -> None:
     solution, fn_name, cases_path = sys.argv[1:4]
     cases = [json.loads(line) for line in open(cases_path)]
-    judged = json.loads(sys.stdin.read() or "{}")  # case index -> the judge's steps of a split test
     _nondumpable()
     results = os.fdopen(os.dup(1), "w")
     os.dup2(2, 1)
@@ -273,6 +273,9 @@ def main() -> None:
         finally:
             os._exit(0)
     os.close(write_end)
+    # read only now: a fork carries the parent's memory, so the checks (and the expectations in
+    # them) must not be in it when the child starts; the child's stdin is /dev/null
+    judged = json.loads(sys.stdin.read() or "{}")  # case index -> the judge's steps of a split test
     messages = _messages(os.fdopen(read_end, "rb"))
     for index, case in enumerate(cases):
         if isinstance(case, dict) and "split" in case:
