@@ -18,6 +18,7 @@ from typing import Any, NamedTuple
 
 import pytest
 
+from longcat_plugins.rewards.result import ERROR_KEY, VALID_KEY
 from longcat_plugins.rewards.sandbox.harness import plain, unplain
 from longcat_plugins.rewards.sandbox.runner import Sandbox
 from longcat_plugins.rewards.sandbox.split_asserts import Unsplittable, program_names, split_test, split_value
@@ -218,6 +219,35 @@ def test_a_wrong_program_fails_and_an_uncut_shape_is_not_credited() -> None:
     assert got[0][:2] == (True, "passed")
     assert got[1][:2] == (False, "runtime_error") and "AssertionError" in got[1][2]
     assert got[2][:2] == (False, "unsupported_test") and "not credited" in got[2][2]
+
+
+def code_score(program: str, asserts: list[str]) -> dict[str, Any]:
+    from longcat_plugins.redteam import code_response
+    from longcat_plugins.rewards import code as code_reward
+
+    truth = json.dumps({"assert_case": asserts})
+    return asyncio.run(code_reward.compute_score("humaneval", code_response(program), truth))
+
+
+def test_a_test_no_answer_could_pass_here_makes_the_sample_invalid_not_wrong() -> None:
+    """The dataset's shape (HumanEval's ``check(candidate)``) is no verdict on the answer: the
+    sample is invalid, naming the case and why, so it neither credits nor blames the policy."""
+    out = code_score(
+        "def f(x):\n    return x + 1\n",
+        ["assert f(1) == 2", "def check(candidate):\n    assert candidate(1) == 2\ncheck(f)"],
+    )
+    assert out[VALID_KEY] == 0.0 and math.isnan(out["score"])
+    assert "assert case 1 cannot be judged" in out[ERROR_KEY] and "FunctionDef" in out[ERROR_KEY]
+
+
+def test_a_program_that_makes_a_test_uncuttable_is_wrong_not_invalid() -> None:
+    """Which names are the program's depends on what it defines; a program that redefines a
+    standard module's name so that the test can no longer be cut gets 0, not a pass out."""
+    test = ["assert all(len(string.ascii_letters) > x for x in f(3))"]
+    honest = code_score("def f(n):\n    return list(range(n))\n", test)
+    assert honest[VALID_KEY] == 1.0 and honest["score"] == 1.0
+    dodging = code_score("string = 'x'\ndef f(n):\n    return list(range(n))\n", test)
+    assert dodging[VALID_KEY] == 1.0 and dodging["score"] == 0.0
 
 
 def test_a_value_that_is_not_plain_data_fails() -> None:

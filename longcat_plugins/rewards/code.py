@@ -104,6 +104,8 @@ async def compute_score(
         return invalid(f"code reward ({data_source}): {exc}", pass_rate=0.0)
     if report.infra_error:
         return invalid(report.infra_error, pass_rate=0.0)
+    if report.unjudgeable:  # the dataset's test, not the answer: neither credit nor blame
+        return invalid(f"code reward ({data_source}): {report.unjudgeable}", pass_rate=0.0)
     rate = report.pass_rate
     score = rate if cfg.score_mode == "pass_rate" else float(report.all_passed)
     return scored(score, acc=float(report.all_passed), pass_rate=rate)

@@ -39,7 +39,13 @@ from longcat_plugins.rewards.sandbox.isolation import (
 )
 from longcat_plugins.rewards.sandbox.languages import Language, get_language
 from longcat_plugins.rewards.sandbox.limits import COMPILE_LIMITS, Limits
-from longcat_plugins.rewards.sandbox.split_asserts import Unsplittable, program_names, split_test, split_value
+from longcat_plugins.rewards.sandbox.split_asserts import (
+    SplitTest,
+    Unsplittable,
+    program_names,
+    split_test,
+    split_value,
+)
 from longcat_plugins.rewards.sandbox.testcases import (
     TestCase,
     TestSuite,
@@ -90,6 +96,9 @@ class SandboxReport:
     compile_error: str = ""
     cases: list[CaseResult] = field(default_factory=list)
     infra_error: str = ""
+    #: a test case of a shape the harness cannot judge whatever the program (the dataset's doing,
+    #: not the program's): the submission is invalid, not wrong
+    unjudgeable: str = ""
     wall_s: float = 0.0
 
     @property
@@ -119,6 +128,16 @@ def _case_result(status: str, stdout: str, wall_s: float, stderr: str, expected:
 
 #: whether a check's value passes (``None``: the check passes by completing)
 Verdict = Callable[[Any], bool]
+
+
+def _cut_asserts(code: str, defined: frozenset[str]) -> list[tuple[SplitTest, Verdict | None]]:
+    """The split tests of one Python assert case and their verdicts: one per ``assert <expr> ==
+    <literal>`` (its value compared here), or the whole case (the judge's verdict)."""
+    literal = value_checks(code)
+    if literal is None:
+        return [(split_test(code, defined), None)]
+    setup, values = literal
+    return [(split_value(setup, e, defined), partial(values_equal, expected=x)) for e, x in values]
 
 
 def _harness_verdict(
@@ -429,16 +448,15 @@ class Sandbox:
 
         defined = program_names(Path(src).read_text())
         checks: list[list[tuple[Any, Verdict | None]] | CaseResult] = []
-        for case in suite.cases:
+        for index, case in enumerate(suite.cases):
             try:
-                literal = value_checks(case.assert_code or "")
-                if literal is not None:
-                    setup, values = literal
-                    cuts = [(split_value(setup, e, defined), partial(values_equal, expected=x)) for e, x in values]
-                else:
-                    cuts = [(split_test(case.assert_code or "", defined), None)]
+                cuts = _cut_asserts(case.assert_code or "", defined)
             except Unsplittable as exc:
                 checks.append(CaseResult(False, "unsupported_test", 0.0, f"not credited: {exc}"))
+                try:  # whatever the program: the test's own shape, which no answer can fix
+                    _cut_asserts(case.assert_code or "", frozenset())
+                except Unsplittable as own:
+                    report.unjudgeable = report.unjudgeable or f"assert case {index} cannot be judged: {own}"
                 continue
             checks.append([({"split": cut.child, "judge": cut.judge}, verdict) for cut, verdict in cuts])
         await self._run_harness(src, "", checks, run_dir, io_dir, uid, report)
