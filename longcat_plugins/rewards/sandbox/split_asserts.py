@@ -229,8 +229,7 @@ class _Cutter:
 
 def _as_load(target: ast.expr) -> ast.expr:
     """A loop target (``x``, ``(i, x)``) as the expression of its value."""
-    copy = ast.parse(ast.unparse(target), mode="eval").body
-    return copy
+    return ast.parse(ast.unparse(target), mode="eval").body
 
 
 def _contains(tree: ast.AST, node: ast.AST) -> bool:
