@@ -218,6 +218,75 @@ def test_dora_server_stops_a_request_and_continues_it_from_its_prefix_on_a_real_
 # -- recipes through main_ppo ----------------------------------------------------------------------
 
 
+# The lane runs on two xdist workers (.ci/run): the longest run comes first, so the other worker
+# takes the rest meanwhile instead of leaving it alone at the end.
+
+
+@pytest.mark.slow
+def test_dora_single_version_replicas_on_two_vllm_replicas(assets32: Assets, tmp_path: Path, ray_tmp: Path) -> None:
+    """``dora_cpu_vllm`` (dora_gpu's settings): two standalone vLLM replicas, one weights version
+    each, rolled to new versions as training publishes them; migrations executed on vLLM (a
+    request stopped with its partial output continues from that prefix on a replica holding the
+    same version); every trained sample spans one version within the staleness bound, and every
+    step trains a full batch."""
+    from longcat_plugins.learning.demos import prepare_demo
+
+    steps = 8
+    demo = prepare_demo("dora", assets32, steps)
+    trace = tmp_path / "dora_trace.jsonl"
+    result = run_training(
+        resolve_config("dora_cpu_vllm"),
+        [
+            *demo.overrides,
+            f"+ray_kwargs.ray_init._temp_dir={ray_tmp}",
+            "trainer.test_freq=-1",
+            # a low rebalance threshold: the balancer plans migrations as soon as the two replicas'
+            # loads differ by two requests, so the executed-migration path runs in a few steps
+            "+longcat.settings.scheduler.dora.rebalance_threshold=0.125",
+        ],
+        tmp_path / "run",
+        env={"LONGCAT_DORA_TRACE": str(trace)},
+    )
+    assert result.returncode == 0, result.log.read_text()[-6000:]
+    assert [s["step"] for s in result.steps] == list(range(1, steps + 1))
+    # the vLLM replicas (DoraVLLMReplica, set while the trainer builds its managers) were started
+    # beside the trainer's engines
+    assert result.steps[0]["dora/startup/replicas_prestarted"] == 1.0, result.steps[0]
+    assert result.steps[0]["dora/startup/agent_loops_prestarted"] == 1.0, result.steps[0]
+    bound = 1
+    for metrics in result.steps:
+        assert metrics["training/off_policy/trajectory_spans/max"] == 1, "one version per sample"
+        assert metrics["dora/staleness/max"] <= bound
+        assert math.isfinite(metrics["actor/pg_loss"])
+    last = result.steps[-1]
+    # replica-granular versioning: both replicas were rolled forward, never holding two versions
+    assert last["dora/replica/loads"] >= 2, last
+    versions = {k: v for k, v in last.items() if k.startswith("dora/replica/version/")}
+    assert len(versions) == 2 and all(v >= 1 for v in versions.values()), versions
+    # nothing lost or duplicated: every step trained the configured batch, one version per sample
+    records = [json.loads(line) for line in trace.read_text().splitlines()]
+    # a step trains one mini-batch (verl's separate_async: weights sync every parameter_sync_step
+    # steps): dora_gpu's ppo_mini_batch_size 4 prompts x grpo_arithmetic's n = 4
+    batch = 4 * 4
+    for record in records:
+        assert len(record["versions"]) == batch, record
+    # migration on vLLM: planned moves were stopped on their source (vLLM's abort hands back the
+    # partial output) and continued from the prefix on the target holding the same version; the
+    # client checks every continuation ran on its pinned version (one version per sample above)
+    total = {k: sum(m[f"dora/lb/{k}"] for m in result.steps) for k in ("planned_migrations", "executed_migrations")}
+    assert total["planned_migrations"] > 0 and total["executed_migrations"] > 0, total
+    assert last["dora/vllm/stopped"] > 0, last
+    # a stopped request that had generated tokens continues from them on its version; the
+    # balancer moves the newest requests, often still in prefill (no prefix: a plain restart), so
+    # whether one had tokens is timing; when one did (before the last step), its continuation ran
+    # (the prefix path itself is checked deterministically on a real engine above)
+    if sum(m["dora/lb/migrated_tokens"] for m in result.steps[:-1]) > 0:
+        assert last["dora/vllm/continued"] > 0, last
+    assert last["dora/vllm/unavailable"] == 0, last
+    assert "DoraVLLMServer" in result.log.read_text()
+    print("dora on vLLM:", total, {k: last[k] for k in sorted(last) if k.startswith("dora/replica/")})
+
+
 #: the smallest held-out rise, in points, of the 12-step demo on vLLM (issue 30: it learns like
 #: the ``hf`` demo, whose test asks +15 after step 12), measured on the mean of the validations
 #: at steps 6, 8, 10 and 12 (256 greedy answers: one validation's 64 swing by up to 14 points
@@ -434,68 +503,3 @@ def test_eval_passk_through_vllm(warm32: Assets, tmp_path: Path, ray_tmp: Path) 
     # the warm start answers some held-out questions: vLLM's samples are real answers, not noise
     assert got["pass@4"] > 0.0
     assert "vLLMHttpServer" in (tmp_path / "eval" / "train.log").read_text()
-
-
-@pytest.mark.slow
-def test_dora_single_version_replicas_on_two_vllm_replicas(assets32: Assets, tmp_path: Path, ray_tmp: Path) -> None:
-    """``dora_cpu_vllm`` (dora_gpu's settings): two standalone vLLM replicas, one weights version
-    each, rolled to new versions as training publishes them; migrations executed on vLLM (a
-    request stopped with its partial output continues from that prefix on a replica holding the
-    same version); every trained sample spans one version within the staleness bound, and every
-    step trains a full batch."""
-    from longcat_plugins.learning.demos import prepare_demo
-
-    steps = 8
-    demo = prepare_demo("dora", assets32, steps)
-    trace = tmp_path / "dora_trace.jsonl"
-    result = run_training(
-        resolve_config("dora_cpu_vllm"),
-        [
-            *demo.overrides,
-            f"+ray_kwargs.ray_init._temp_dir={ray_tmp}",
-            "trainer.test_freq=-1",
-            # a low rebalance threshold: the balancer plans migrations as soon as the two replicas'
-            # loads differ by two requests, so the executed-migration path runs in a few steps
-            "+longcat.settings.scheduler.dora.rebalance_threshold=0.125",
-        ],
-        tmp_path / "run",
-        env={"LONGCAT_DORA_TRACE": str(trace)},
-    )
-    assert result.returncode == 0, result.log.read_text()[-6000:]
-    assert [s["step"] for s in result.steps] == list(range(1, steps + 1))
-    # the vLLM replicas (DoraVLLMReplica, set while the trainer builds its managers) were started
-    # beside the trainer's engines
-    assert result.steps[0]["dora/startup/replicas_prestarted"] == 1.0, result.steps[0]
-    assert result.steps[0]["dora/startup/agent_loops_prestarted"] == 1.0, result.steps[0]
-    bound = 1
-    for metrics in result.steps:
-        assert metrics["training/off_policy/trajectory_spans/max"] == 1, "one version per sample"
-        assert metrics["dora/staleness/max"] <= bound
-        assert math.isfinite(metrics["actor/pg_loss"])
-    last = result.steps[-1]
-    # replica-granular versioning: both replicas were rolled forward, never holding two versions
-    assert last["dora/replica/loads"] >= 2, last
-    versions = {k: v for k, v in last.items() if k.startswith("dora/replica/version/")}
-    assert len(versions) == 2 and all(v >= 1 for v in versions.values()), versions
-    # nothing lost or duplicated: every step trained the configured batch, one version per sample
-    records = [json.loads(line) for line in trace.read_text().splitlines()]
-    # a step trains one mini-batch (verl's separate_async: weights sync every parameter_sync_step
-    # steps): dora_gpu's ppo_mini_batch_size 4 prompts x grpo_arithmetic's n = 4
-    batch = 4 * 4
-    for record in records:
-        assert len(record["versions"]) == batch, record
-    # migration on vLLM: planned moves were stopped on their source (vLLM's abort hands back the
-    # partial output) and continued from the prefix on the target holding the same version; the
-    # client checks every continuation ran on its pinned version (one version per sample above)
-    total = {k: sum(m[f"dora/lb/{k}"] for m in result.steps) for k in ("planned_migrations", "executed_migrations")}
-    assert total["planned_migrations"] > 0 and total["executed_migrations"] > 0, total
-    assert last["dora/vllm/stopped"] > 0, last
-    # a stopped request that had generated tokens continues from them on its version; the
-    # balancer moves the newest requests, often still in prefill (no prefix: a plain restart), so
-    # whether one had tokens is timing; when one did (before the last step), its continuation ran
-    # (the prefix path itself is checked deterministically on a real engine above)
-    if sum(m["dora/lb/migrated_tokens"] for m in result.steps[:-1]) > 0:
-        assert last["dora/vllm/continued"] > 0, last
-    assert last["dora/vllm/unavailable"] == 0, last
-    assert "DoraVLLMServer" in result.log.read_text()
-    print("dora on vLLM:", total, {k: last[k] for k in sorted(last) if k.startswith("dora/replica/")})
