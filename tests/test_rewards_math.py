@@ -465,12 +465,45 @@ def test_a_retracted_box_is_no_answer(gold: str) -> None:
         r"The total cannot be \boxed{6}.",
         r"This is no longer \boxed{6}.",
         r"x is not equal to \boxed{6}.",
+        r"It is definitely not \(\boxed{6}\).",  # the box opens an inline math span
+        r"It cannot be \[\boxed{6}\]",
     ],
 )
 def test_a_negated_box_is_no_answer(response: str) -> None:
     """A box the text negates states what the answer is not (found by ``redteam``)."""
     res = compute_score("math", response, "6")
     assert res["score"] == 0.0 and res[VALID_KEY] == 1.0
+
+
+@pytest.mark.parametrize(
+    "response",
+    [
+        r"\boxed{6} is false.",
+        r"\boxed{6} is not the answer.",
+        r"\boxed{6} would be wrong.",
+        r"\boxed{6}. Hmm, this isn't right; it should be 5.",
+        "\\boxed{6}\nJust kidding, 5.",
+    ],
+)
+def test_a_box_the_text_disowns_is_no_answer(response: str) -> None:
+    """A box the text after it calls wrong is not an answer the model stood by (found by probing)."""
+    assert extract_answer(response) is None
+    res = compute_score("math", response, "6")
+    assert res["score"] == 0.0 and res[VALID_KEY] == 1.0
+
+
+@pytest.mark.parametrize(
+    "response",
+    [
+        r"\boxed{6}. Check: 2 \cdot 3 = 6, which is right.",
+        r"\boxed{6}. The claim that 5 works is not true.",
+        r"\boxed{6}, which is the correct answer.",
+        r"So \(\boxed{6}\).",
+        r"Not hard: \(\boxed{6}\)",
+    ],
+)
+def test_a_box_the_text_stands_by_is_the_answer(response: str) -> None:
+    assert compute_score("math", response, "6")["score"] == 1.0
 
 
 @pytest.mark.parametrize(

@@ -46,14 +46,16 @@ _GSM8K_RE = re.compile(r"^[ \t]*####[ \t]*(?P<rest>[^\n]*)$", re.MULTILINE)
 #: words that take back what was boxed just before them: "\boxed{5}. Wait, it is 6"
 _RETRACTION_RE = re.compile(
     r"\b(?:wait|actually|oops|hold on|mistake|correction|instead|rather|i meant|scratch that|second thought|"
-    r"(?:was|is|that's|that is) (?:wrong|incorrect|not (?:right|correct))|let me re(?:check|do|calculate|consider)|"
-    r"or (?:maybe|perhaps|possibly))\b"
+    r"(?:was|is|that's|that is|it's|would be) (?:wrong|incorrect|false|not (?:right|correct|the (?:right |correct )?answer))|"
+    r"(?:isn't|is not) (?:right|correct|the (?:right |correct )?answer)|just kidding|"
+    r"let me re(?:check|do|calculate|consider)|or (?:maybe|perhaps|possibly))\b"
     r"|(?:^|[\s.;:])no[,.!]",
     re.IGNORECASE,
 )
 #: a negation right before a box: "it is not \boxed{5}" states that 5 is not the answer
 _NEGATED_BOX_RE = re.compile(
-    r"(?:\bnot|\bcannot|n't|\bnever|\bno longer)(?:\s+(?:be|equal\s+to|equals?))?[\s:,=]*(?:\$\s*)?$", re.IGNORECASE
+    r"(?:\bnot|\bcannot|n't|\bnever|\bno longer)(?:\s+(?:be|equal\s+to|equals?))?[\s:,=]*(?:(?:\$|\\\(|\\\[)\s*)?$",
+    re.IGNORECASE,
 )
 #: a question mark right after the last box (past closing ``$``/``)``/``}``): the box is asked, not answered
 _QUESTIONED_BOX_RE = re.compile(r"[\s$)}\]]*\?")
