@@ -450,6 +450,12 @@ def test_gsm8k_references_and_answers() -> None:
     assert compute_score("gsm8k", "#### 2.5 million", "2500000")["score"] == 1.0
 
 
+def assert_no_answer_for_six(response: str) -> None:
+    """``response`` boxes 6 but does not clearly answer it: scored 0 against the reference 6, and valid."""
+    res = compute_score("math", response, "6")
+    assert res["score"] == 0.0 and res[VALID_KEY] == 1.0
+
+
 @pytest.mark.parametrize("gold", ["5", "6"])
 def test_a_retracted_box_is_no_answer(gold: str) -> None:
     """Decision (docs/rewards.md): "\\boxed{5} ... wait, it is 6" credits neither 5 nor 6."""
@@ -471,8 +477,7 @@ def test_a_retracted_box_is_no_answer(gold: str) -> None:
 )
 def test_a_negated_box_is_no_answer(response: str) -> None:
     """A box the text negates states what the answer is not (found by ``redteam``)."""
-    res = compute_score("math", response, "6")
-    assert res["score"] == 0.0 and res[VALID_KEY] == 1.0
+    assert_no_answer_for_six(response)
 
 
 @pytest.mark.parametrize(
@@ -488,8 +493,7 @@ def test_a_negated_box_is_no_answer(response: str) -> None:
 def test_a_box_the_text_disowns_is_no_answer(response: str) -> None:
     """A box the text after it calls wrong is not an answer the model stood by (found by probing)."""
     assert extract_answer(response) is None
-    res = compute_score("math", response, "6")
-    assert res["score"] == 0.0 and res[VALID_KEY] == 1.0
+    assert_no_answer_for_six(response)
 
 
 @pytest.mark.parametrize(
@@ -511,8 +515,7 @@ def test_a_box_the_text_stands_by_is_the_answer(response: str) -> None:
 )
 def test_a_questioned_box_is_no_answer(response: str) -> None:
     """A box the text asks about is not an answer the model gave (found by probing the reward)."""
-    res = compute_score("math", response, "6")
-    assert res["score"] == 0.0 and res[VALID_KEY] == 1.0
+    assert_no_answer_for_six(response)
 
 
 @pytest.mark.parametrize(
