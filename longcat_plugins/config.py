@@ -185,7 +185,7 @@ def validate_verl_selections(cfg: Mapping[str, Any], host: Any) -> list[ConfigPr
         if kind == "trainer" and _select(cfg, "trainer.use_v1") is False:
             continue
         module = importlib.import_module(target.module)
-        stock = bridge.stock_names(kind, module)
+        stock = bridge.stock_names(kind, module) + list(target.setting_values)
         ours = [c.name for c in host.components(kind=kind)]
         if kind == "agent_loop":
             stock += _agent_loop_file_names(cfg)

@@ -40,6 +40,9 @@ class VerlTarget:
     base: tuple[str, str] | None = None
     #: the stock verl key that selects a name of this kind, for validation messages
     selected_by: str = ""
+    #: values of ``selected_by`` that are the setting's own and name no component (``admission:
+    #: none`` asks no policy), accepted by validation like stock names
+    setting_values: tuple[str, ...] = ()
     #: register the moment ``module`` is imported (verl's registries). The scheduler core's
     #: registries are not hooked: plugin modules import them at their own import time, and a
     #: hook there would build the host while that plugin is half-imported. They are filled on
@@ -132,6 +135,7 @@ TARGETS: dict[str, VerlTarget] = {
             _attr("ADMISSIONS"),
             _same,
             selected_by="longcat.settings.scheduler.dora.admission",
+            setting_values=("none",),
             on_import=False,
         ),
     )

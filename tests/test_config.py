@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import copy
+import dataclasses
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -13,10 +15,12 @@ from longcat_plugins.config import (
     build_settings,
     check_mapping,
     compose,
+    to_plain,
     validate_config,
     validate_section,
 )
 from longcat_plugins.host import Host
+from longcat_plugins.selection import Selection
 
 REPO = Path(__file__).resolve().parents[1]
 
@@ -120,6 +124,38 @@ def test_recipe_composes_with_verl_ppo_trainer_and_validates(example_plugin_inst
     problems, host = validate_config(cfg)
     assert problems == []
     assert "algorithm:truncated_reinforce" in [c.ref for c in host.components()]
+
+
+def _written_out(value: object) -> object:
+    """A default as a YAML recipe writes it: nested settings as mappings, tuples as lists."""
+    if dataclasses.is_dataclass(value) and not isinstance(value, type):
+        return dataclasses.asdict(value)
+    return list(value) if isinstance(value, tuple) else value
+
+
+def test_every_built_in_default_written_out_validates() -> None:
+    """A recipe that writes out a component's documented defaults (every key of its settings, at
+    its default) selects what it selects without them: no value that is the setting's own (the
+    dora scheduler's ``admission: none``) is refused as an unknown name."""
+    base = to_plain(compose(REPO / "configs" / "longcat.yaml"))
+    host = Host(Selection()).load()
+    refused = {}
+    for component, _ in host.all_components():
+        if component.config is None or component.kind == "policy_loss":  # loss knobs live in verl's keys
+            continue
+        defaults = {}
+        for f in dataclasses.fields(component.config):
+            if f.default is not dataclasses.MISSING:
+                defaults[f.name] = _written_out(f.default)
+            elif f.default_factory is not dataclasses.MISSING:
+                defaults[f.name] = _written_out(f.default_factory())
+        cfg = copy.deepcopy(base)
+        family = cfg["longcat"].setdefault("settings", {}).setdefault(component.family.value, {})
+        family[component.name] = {**defaults, **(family.get(component.name) or {})}
+        problems, _ = validate_config(cfg, check_contracts=False)
+        if problems:
+            refused[component.ref] = [f"{p.path}: {p.message}" for p in problems]
+    assert refused == {}
 
 
 def test_stock_keys_selecting_unknown_or_disabled_names(example_plugin_installed: None) -> None:

@@ -226,6 +226,18 @@ def test_bad_admission_input_exits_2_before_ray_naming_the_key(overrides: list[s
     assert "ray.init" not in out
 
 
+def test_the_documented_no_admission_value_validates_when_written_out() -> None:
+    """``admission: none`` is the setting's own value (no component has the name): a recipe that
+    writes it out validates, and an unknown name's choices list it beside the policies."""
+    ok = run_cli("validate", RECIPE, f"+{KEY}.admission=none")
+    assert ok.returncode == 0, ok.stdout + ok.stderr
+    bad = run_cli("validate", RECIPE, f"+{KEY}.admission=nnone")
+    out = bad.stdout + bad.stderr
+    assert bad.returncode == 2, out
+    line = next(line for line in out.splitlines() if f"{KEY}.admission: unknown" in line)
+    assert "choices: length_aware, none, version_window" in line or "did you mean 'none'" in line, out
+
+
 def test_the_controller_holds_new_groups_while_the_newest_version_is_superseded() -> None:
     """The Python controller (the simulator's scheduler) asks the same policies: with
     ``version_window`` no new group starts between taking a batch and publishing the next version."""
