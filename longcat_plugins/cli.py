@@ -421,7 +421,7 @@ def warm_starts(names: tuple[str, ...], build_all: bool, for_tests: bool, cache_
 @main.command(context_settings={"ignore_unknown_options": True})
 @click.option(
     "--steps",
-    type=int,
+    type=click.IntRange(min=1),
     help="GRPO steps to train (default: 12 on a warm start, 20 on tool_agent's, 8 on longcat_tool's, else 5)",
 )
 @click.option("--size", type=SIZE_CHOICES, help="model size (default: tiny; tiny32 with --rollout vllm)")

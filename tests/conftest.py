@@ -182,10 +182,17 @@ def main_ppo_refuses(
     return proc
 
 
-def run_cli(*args: str, env: dict[str, str] | None = None, timeout: int = 300) -> subprocess.CompletedProcess[str]:
+def run_cli(
+    *args: str, env: dict[str, str] | None = None, timeout: int = 300, cwd: Path | None = None
+) -> subprocess.CompletedProcess[str]:
     full_env = {**os.environ, "COLUMNS": "200", **(env or {})}
     return subprocess.run(
-        [sys.executable, "-m", "longcat_plugins", *args], capture_output=True, text=True, env=full_env, timeout=timeout
+        [sys.executable, "-m", "longcat_plugins", *args],
+        capture_output=True,
+        text=True,
+        env=full_env,
+        timeout=timeout,
+        cwd=cwd,
     )
 
 

@@ -59,6 +59,24 @@ def test_validate_resolves_a_shipped_recipe_by_name() -> None:
     assert missing.returncode == 2 and "one of:" in missing.stderr and "cpu_demo" in missing.stderr
 
 
+@pytest.mark.parametrize(
+    "args",
+    [
+        ["demo", "--steps", "0"],
+        ["demo", "--steps", "-3"],
+        ["select-tool-tasks", "unused.parquet", "-o", "kept.parquet", "--model", "unused", "--n", "0"],
+    ],
+)
+def test_a_count_below_one_exits_2_naming_the_option(args: list[str], tmp_path: Path) -> None:
+    """A demo of no steps used to run the start's validation and print a checkpoint directory that
+    was never written; negative steps did the same. Counts are refused before anything starts."""
+    proc = run_cli(*args, cwd=tmp_path)
+    assert proc.returncode == 2, proc.stdout + proc.stderr
+    option = args[-2]  # the option given the bad count
+    assert f"Invalid value for '{option}'" in proc.stderr and "x>=1" in proc.stderr, proc.stderr
+    assert list(tmp_path.iterdir()) == []  # no run directory, no output
+
+
 # -- item 10: the child sees the user's directory -----------------------------------------------
 
 

@@ -25,7 +25,9 @@ err_console = Console(stderr=True, highlight=False, soft_wrap=True)
 @click.option("--tau1", type=float, default=0.0, show_default=True, help="keep when s_with - s_without > tau1")
 @click.option("--tau2", type=float, default=0.0, show_default=True, help="... and s_with > tau2")
 @click.option("--tau3", type=float, default=0.5, show_default=True, help="... and s_without < tau3")
-@click.option("--n", "n", type=int, default=4, show_default=True, help="trajectories per task and path")
+@click.option(
+    "--n", "n", type=click.IntRange(min=1), default=4, show_default=True, help="trajectories per task and path"
+)
 @click.option("--threshold", type=float, default=1.0, show_default=True, help="an episode reward >= this passes")
 @click.option("--config", default="tool_agent_cpu", show_default=True, help="the recipe the rollout runs with")
 @click.option("--work-dir", type=click.Path(file_okay=False), help="logs of both rollouts [default: a temp dir]")
