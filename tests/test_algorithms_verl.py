@@ -213,3 +213,22 @@ def test_icepop_needs_verl_ratios_up_to_its_upper_bound(recipe: str) -> None:
     assert "algorithm.rollout_correction.rollout_is_threshold" in proc.stdout + proc.stderr
     proc = run_cli("validate", path, on, "algorithm.rollout_correction.rollout_is_threshold='0.5_5.0'")
     assert proc.returncode == 0, proc.stdout + proc.stderr
+
+
+@pytest.mark.parametrize(
+    ("overrides", "says"),
+    [
+        (["icepop=true", "icepop_low=6"], "icepop_low < 1 < actor_rollout_ref.actor.policy_loss.icepop_high"),
+        (["icepop=maybe"], "icepop: expected bool, got str 'maybe'"),
+    ],
+)
+def test_bad_icepop_knobs_are_named_before_verls_threshold_is(overrides: list[str], says: str) -> None:
+    """IcePop bounds the loss refuses (or an ``icepop`` that is not a bool) are reported by the
+    loss itself, in one pass: the check of verl's threshold against them used to come first and
+    suggest ``rollout_is_threshold: '6_5.0'`` from bounds that cannot be used."""
+    proc = validate_refuses(
+        str(REPO / "configs" / "triplet_clip.yaml"), *[f"actor_rollout_ref.actor.policy_loss.{o}" for o in overrides]
+    )
+    out = proc.stdout + proc.stderr
+    assert says in out, out
+    assert "rollout_is_threshold" not in out, out

@@ -131,9 +131,12 @@ def check_rollout_correction(cfg: Mapping[str, Any]) -> list[str]:
     """Before Ray: with IcePop on, verl's rollout correction must hand the loss token-level
     ratios that still show every r_it up to ``icepop_high`` (``"key.path: what is wrong"``)."""
     policy_loss = select(cfg, f"{KEY_PREFIX}") or {}
-    if not isinstance(policy_loss, Mapping) or not policy_loss.get("icepop", False):
-        return []
+    if not isinstance(policy_loss, Mapping) or policy_loss.get("icepop", False) is not True:
+        return []  # off, or not a bool: the loss's own settings check names the latter
     low, high = policy_loss.get("icepop_low", ISConfig.icepop_low), policy_loss.get("icepop_high", ISConfig.icepop_high)
+    numbers = all(isinstance(x, int | float) and not isinstance(x, bool) for x in (low, high))
+    if not (numbers and low < 1 < high):
+        return []  # bounds the loss refuses itself: no rollout_is_threshold to suggest from them
     rc = select(cfg, "algorithm.rollout_correction")
     key = "algorithm.rollout_correction"
     if not isinstance(rc, Mapping) or rc.get("rollout_is") != "token":
