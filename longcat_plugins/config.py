@@ -121,6 +121,9 @@ def validate_section(section: Any, host: Any = None, where: str = SECTION) -> li
             if component.kind == "policy_loss" and raw:
                 problems.append(ConfigProblem(path, _LOSS_KNOBS_HOME.format(name=name)))
                 continue
+            if fam == "fusion" and raw:
+                problems.append(ConfigProblem(path, _FUSION_PARAMS_HOME.format(name=name)))
+                continue
             try:
                 build_settings(component, raw or {}, path)
             except ConfigError as exc:
@@ -139,6 +142,10 @@ def selection_part(section: Mapping[str, Any] | None, where: str = SECTION) -> d
 
 
 #: policy-loss knobs have one home, verl's own actor config, because that is what verl hands the loss
+_FUSION_PARAMS_HOME = (
+    "fusion methods are not configured from longcat.settings (nothing reads it): give {name}'s parameters "
+    "under params in the fuse spec (method: {name}), as longcat-plugins fuse SPEC reads them"
+)
 _LOSS_KNOBS_HOME = (
     "policy-loss knobs are not read from longcat.settings: set them under "
     "actor_rollout_ref.actor.policy_loss (with policy_loss._target_ naming the loss's PolicyLossConfig "
@@ -168,8 +175,12 @@ _PATH_SELECTED = {
 }
 
 
-def validate_verl_selections(cfg: Mapping[str, Any], host: Any) -> list[ConfigProblem]:
-    """Stock verl keys that name a component must name a stock one or an enabled one of ours."""
+def validate_verl_selections(cfg: Mapping[str, Any], host: Any, settings_ok: bool = True) -> list[ConfigProblem]:
+    """Stock verl keys that name a component must name a stock one or an enabled one of ours.
+
+    A selected component's own recipe checks read ``longcat.settings``; with ``settings_ok``
+    false (the section has problems, already reported) a check that trips over a malformed
+    setting adds nothing rather than a traceback."""
     import importlib
 
     from longcat_plugins.verl_bridge import TARGETS, bridge
@@ -191,7 +202,7 @@ def validate_verl_selections(cfg: Mapping[str, Any], host: Any) -> list[ConfigPr
             stock += _agent_loop_file_names(cfg)
         if value in ours:
             component = next(c for c in host.components(kind=kind) if c.name == value)
-            problems.extend(_component_config_problems(component, cfg))
+            problems.extend(_component_config_problems(component, cfg, settings_ok))
             continue
         if value in stock:
             continue
@@ -203,14 +214,14 @@ def validate_verl_selections(cfg: Mapping[str, Any], host: Any) -> list[ConfigPr
             if node["name"] not in ours:
                 problems.append(ConfigProblem(f"{node_path}.name", _unknown_name(kind, node["name"], ours, host)))
     for component in host.components(kind="val_metric"):  # active in every recipe, not selected by a key
-        problems.extend(_component_config_problems(component, cfg))
+        problems.extend(_component_config_problems(component, cfg, settings_ok))
     from longcat_plugins.algorithms.masking import config_problems
 
     problems += [ConfigProblem(key, message) for key, message in config_problems(cfg)]
     return problems
 
 
-def _component_config_problems(component: Any, cfg: Mapping[str, Any]) -> list[ConfigProblem]:
+def _component_config_problems(component: Any, cfg: Mapping[str, Any], settings_ok: bool = True) -> list[ConfigProblem]:
     """A selected component may check the rest of the recipe: ``target.check_config(cfg)``
     returns ``"key.path: what is wrong"`` strings (the ``dora`` trainer uses it)."""
     check = getattr(component.target, "check_config", None)
@@ -218,8 +229,14 @@ def _component_config_problems(component: Any, cfg: Mapping[str, Any]) -> list[C
         return []
     from omegaconf import OmegaConf
 
+    try:
+        found = list(check(OmegaConf.create(dict(cfg))))
+    except (TypeError, ValueError, KeyError, AttributeError):
+        if settings_ok:
+            raise
+        return []  # it read a setting the section check has already reported as malformed
     out = []
-    for problem in check(OmegaConf.create(dict(cfg))):
+    for problem in found:
         path, _, message = str(problem).partition(": ")
         out.append(ConfigProblem(path, message or path))
     return out
@@ -272,6 +289,7 @@ def validate_config(
     plain = to_plain(cfg) or {}
     section = plain.get(SECTION)
     problems = validate_section(section)
+    settings_ok = not problems
     if problems:  # still check the stock keys, against what the section's well-typed selection enables
         host = host_for_section(selection_part(section))
     else:
@@ -285,7 +303,7 @@ def validate_config(
                     ConfigProblem(f"{SECTION} (plugin {c.plugin})", why) for c, why in registration_problems(host)
                 ]
     if check_verl_names:
-        problems += validate_verl_selections(plain, host)
+        problems += validate_verl_selections(plain, host, settings_ok)
     if check_verl_names and check_contracts and not problems:
         # the components the recipe selects, called once the way verl will (longcat_plugins.contracts)
         from longcat_plugins.contracts import config_problems

@@ -141,8 +141,8 @@ def test_every_built_in_default_written_out_validates() -> None:
     host = Host(Selection()).load()
     refused = {}
     for component, _ in host.all_components():
-        if component.config is None or component.kind == "policy_loss":  # loss knobs live in verl's keys
-            continue
+        if component.config is None or component.kind == "policy_loss" or component.family.value == "fusion":
+            continue  # loss knobs live in verl's keys, fusion parameters in the fuse spec
         defaults = {}
         for f in dataclasses.fields(component.config):
             if f.default is not dataclasses.MISSING:
@@ -156,6 +156,48 @@ def test_every_built_in_default_written_out_validates() -> None:
         if problems:
             refused[component.ref] = [f"{p.path}: {p.message}" for p in problems]
     assert refused == {}
+
+
+@pytest.mark.parametrize(
+    ("component", "settings", "says"),
+    [
+        ("reward.code", {"cpu_s": -1.0}, "cpu_s must be > 0"),
+        ("reward.code", {"max_concurrent": 0}, "max_concurrent must be >= 1"),
+        ("reward.code", {"language": "cobol"}, "language 'cobol' is not supported"),
+        ("reward.code", {"isolation": ""}, "isolation must be one of ['auto', 'bwrap'"),
+        ("reward.code", {"python_call_mode": "each"}, "python_call_mode must be 'batch' or 'per_case'"),
+        ("reward.math", {"memory_mb": 0}, "memory_mb must be > 0"),
+        ("reward.math", {"correct_score": float("nan")}, "correct_score must be a finite number"),
+        ("reward.math", {"correct_score": 0.0}, "correct_score (0.0) must be above incorrect_score (0.0)"),
+        ("reward.genrm", {"temperature": -1.0}, "temperature must be >= 0"),
+        ("reward.genrm", {"max_tokens": 0}, "max_tokens must be >= 1"),
+        ("environment.longcat_tool_agent", {"max_tool_response_chars": -5}, "max_tool_response_chars must be >= 1"),
+        ("environment.longcat_tool_agent", {"noise_level": -2}, "noise_level must be >= -1"),
+        (
+            "environment.longcat_tool_agent",
+            {"summary_threshold_tokens": 100, "summary_instruction": " "},
+            "summary_instruction: must not be empty",
+        ),
+        ("environment.longcat_code_agent", {"isolation": "sandboxed"}, "isolation must be one of"),
+        ("scheduler.dora", {"min_lend_gain_s": float("nan")}, "min_lend_gain_s must be >= 0"),
+        ("scheduler.dora", {"oversampling_max": "x"}, "oversampling_max: expected int"),
+        ("scheduler.longcat_data", {"correct_threshold": float("nan")}, "correct_threshold: must be a finite number"),
+        ("fusion.ties", {"density": 0.5}, "give ties's parameters under params in the fuse spec"),
+    ],
+)
+def test_a_setting_the_component_cannot_run_with_is_refused_naming_it(
+    component: str, settings: dict[str, object], says: str
+) -> None:
+    """Values a reward, environment or scheduler would only fail on inside a Ray worker (making
+    every sample invalid, or raising a traceback from a recipe check), and fusion settings nothing
+    reads, are problems of the recipe: found by validation, with the key."""
+    cfg = to_plain(compose(REPO / "configs" / "longcat.yaml"))
+    family, name = component.split(".")
+    node = cfg["longcat"].setdefault("settings", {}).setdefault(family, {})
+    node[name] = {**(node.get(name) or {}), **settings}
+    problems, _ = validate_config(cfg, check_contracts=False)
+    lines = [f"{p.path}: {p.message}" for p in problems]
+    assert any(line.startswith(f"longcat.settings.{component}") and says in line for line in lines), lines
 
 
 def test_stock_keys_selecting_unknown_or_disabled_names(example_plugin_installed: None) -> None:

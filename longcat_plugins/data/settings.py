@@ -294,6 +294,8 @@ class DataSettings:
         if not 0.0 < self.momentum <= 1.0:
             _fail("momentum", f"must be in (0, 1], got {self.momentum!r}")
         _at_least("pool_factor", self.pool_factor, 1)
+        if not math.isfinite(self.correct_threshold):
+            _fail("correct_threshold", f"must be a finite number, got {self.correct_threshold!r}")
         if not self.task_key:
             _fail("task_key", "must name a row field")
         object.__setattr__(self, "strategies", list(self.strategies))

@@ -48,7 +48,7 @@ class ToolAgentSettings(ContextSettings):
     #: tool calls executed per model turn; extra calls are answered with an error
     max_parallel_calls: int = bounded(4, ge=1)
     #: a tool result longer than this is cut (characters)
-    max_tool_response_chars: int = 2000
+    max_tool_response_chars: int = bounded(2000, ge=1)
     #: verl tool parser (``verl.experimental.agent_loop.tool_parser``) reading the model's calls
     tool_parser: str = "hermes"
     #: where the tool schemas go: "auto" (the chat template if it renders ``tools``, else the
@@ -60,7 +60,7 @@ class ToolAgentSettings(ContextSettings):
     #: reward = (1 - w) * rubric score + w * share of well-formed tool calls (``tool_format``)
     format_weight: float = bounded(0.0, ge=0, le=1)
     #: noise level passed to ``new_episode``; -1: the environment's / dataset's own
-    noise_level: int = -1
+    noise_level: int = bounded(-1, ge=-1)
     #: noise curriculum (2601 report §3.3.3) shared by the whole run (:class:`CurriculumSettings`; ``enabled: true``
     #: turns it on). Exclusive with ``noise_level``.
     noise_curriculum: CurriculumSettings = field(default_factory=CurriculumSettings)

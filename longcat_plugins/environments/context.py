@@ -63,6 +63,8 @@ class ContextSettings:
             raise ValueError(
                 f"discard_turns_max ({self.discard_turns_max}) is below discard_turns ({self.discard_turns})"
             )
+        if self.summary_threshold_tokens and not self.summary_instruction.strip():
+            raise ValueError("summary_instruction: must not be empty when summary_threshold_tokens > 0")
 
 
 class ContextPolicy:

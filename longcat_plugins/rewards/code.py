@@ -12,10 +12,12 @@ import re
 from dataclasses import dataclass
 from typing import Any
 
+from longcat_plugins.bounds import bounded, check_bounds
 from longcat_plugins.per_process import PerProcess
 from longcat_plugins.rewards.result import RewardSetupError, invalid, scored
 from longcat_plugins.rewards.sandbox import Limits, Sandbox, parse_test_cases
-from longcat_plugins.rewards.sandbox.languages import ALIASES, LANGUAGES
+from longcat_plugins.rewards.sandbox.isolation import check_isolation_name
+from longcat_plugins.rewards.sandbox.languages import ALIASES, LANGUAGES, get_language
 
 _FENCE = re.compile(r"```([A-Za-z0-9+#]*)[ \t]*\n(.*?)```", re.DOTALL)
 
@@ -27,19 +29,29 @@ class CodeRewardConfig:
     language: str = "python"
     isolation: str = "auto"
     score_mode: str = "all"
-    max_cases: int = 0
-    max_concurrent: int = 8
-    cpu_s: float = 5.0
-    wall_s: float = 10.0
-    memory_mb: int = 512
-    nproc: int = 32
-    fsize_mb: int = 16
+    #: run at most this many of a sample's test cases (0: all)
+    max_cases: int = bounded(0, ge=0)
+    max_concurrent: int = bounded(8, ge=1)
+    cpu_s: float = bounded(5.0, gt=0)
+    wall_s: float = bounded(10.0, gt=0)
+    memory_mb: int = bounded(512, gt=0)
+    nproc: int = bounded(32, gt=0)
+    fsize_mb: int = bounded(16, gt=0)
     python_call_mode: str = "batch"
     python_stdio_mode: str = "warm"
 
     def __post_init__(self) -> None:
+        # everything the sandbox would refuse on the reward worker, refused here (before Ray):
+        # there it would make every sample invalid
+        check_bounds(self)
         if self.score_mode not in ("all", "pass_rate"):
             raise ValueError(f"score_mode must be 'all' or 'pass_rate', got {self.score_mode!r}")
+        get_language(self.language)
+        check_isolation_name(self.isolation)
+        if self.python_call_mode not in ("batch", "per_case"):
+            raise ValueError(f"python_call_mode must be 'batch' or 'per_case', got {self.python_call_mode!r}")
+        if self.python_stdio_mode not in ("warm", "per_case"):
+            raise ValueError(f"python_stdio_mode must be 'warm' or 'per_case', got {self.python_stdio_mode!r}")
 
     def limits(self) -> Limits:
         return Limits(

@@ -59,10 +59,10 @@ class GenRMConfig:
     prompt_template: str = DEFAULT_TEMPLATE
     timeout_s: float = bounded(60.0, gt=0)
     max_retries: int = bounded(3, ge=0)
-    backoff_s: float = 0.5
+    backoff_s: float = bounded(0.5, ge=0)
     concurrency: int = bounded(16, ge=1)
-    temperature: float = 0.0
-    max_tokens: int = 2048
+    temperature: float = bounded(0.0, ge=0)
+    max_tokens: int = bounded(2048, ge=1)
     retry_unparseable: bool = True
 
     def __post_init__(self) -> None:

@@ -145,7 +145,7 @@ class DoraSettings:
             raise ValueError(f"staleness must be an integer >= 0, got {self.staleness!r}")
         if not 0.0 < float(self.reclaim_ratio) <= 1.0:
             raise ValueError(f"reclaim_ratio must be in (0, 1], got {self.reclaim_ratio!r}")
-        if self.min_lend_gain_s < 0:
+        if not self.min_lend_gain_s >= 0:  # NaN too
             raise ValueError(f"min_lend_gain_s must be >= 0, got {self.min_lend_gain_s!r}")
         if not isinstance(self.load_ratio_capacity, int) or self.load_ratio_capacity < 1:
             raise ValueError(f"load_ratio_capacity must be an integer >= 1, got {self.load_ratio_capacity!r}")

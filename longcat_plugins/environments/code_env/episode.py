@@ -27,6 +27,7 @@ from longcat_plugins.environments.contract import Outcome, ToolResult
 from longcat_plugins.per_process import PerProcess
 from longcat_plugins.rewards.plain import plain
 from longcat_plugins.rewards.sandbox import Limits, Sandbox
+from longcat_plugins.rewards.sandbox.isolation import check_isolation_name
 from longcat_plugins.rewards.sandbox.warm import CodeCase, run_warm, started
 
 SYSTEM_PROMPT = (
@@ -59,6 +60,7 @@ class CodeEnvSettings:
 
     def __post_init__(self) -> None:
         check_bounds(self)
+        check_isolation_name(self.isolation)
 
     def shell_limits(self) -> Limits:
         return Limits(

@@ -8,6 +8,7 @@ reference itself cannot be parsed, so the sample is masked rather than punished.
 
 from __future__ import annotations
 
+import math
 import time
 from dataclasses import dataclass
 from typing import Any
@@ -28,17 +29,26 @@ class MathRewardConfig:
     #: is forked in the background), so the caller waits at most this plus a few ms
     timeout_s: float = bounded(1.5, gt=0)
     workers: int = bounded(2, ge=1)
-    memory_mb: int = 2048
+    memory_mb: int = bounded(2048, gt=0)
     correct_score: float = 1.0
     incorrect_score: float = 0.0
     #: uid the sympy workers drop to when the reward worker runs as root; -1 keeps root
-    drop_uid: int = 65534
+    drop_uid: int = bounded(65534, ge=-1)
     #: longer responses, or longer extracted answers, are invalid (never truncated and guessed at)
     max_response_chars: int = bounded(MAX_RESPONSE_CHARS, ge=1)
     max_answer_chars: int = bounded(MAX_ANSWER_CHARS, ge=1)
 
     def __post_init__(self) -> None:
         check_bounds(self)
+        for name in ("correct_score", "incorrect_score"):
+            value = getattr(self, name)
+            if isinstance(value, bool) or not isinstance(value, int | float) or not math.isfinite(value):
+                raise ValueError(f"{name} must be a finite number, got {value!r}")
+        if not self.correct_score > self.incorrect_score:
+            raise ValueError(
+                f"correct_score ({self.correct_score}) must be above incorrect_score ({self.incorrect_score}): "
+                "otherwise a right answer earns no more than a wrong one"
+            )
 
 
 def verify(

@@ -353,6 +353,14 @@ def available_levels() -> dict[IsolationLevel, str | None]:
         return {level: _probe(level, uid) for level in IsolationLevel}
 
 
+def check_isolation_name(requested: str) -> None:
+    """ValueError unless ``requested`` is ``auto`` or a level's name (settings check it before
+    Ray starts; whether the level is available is only known where the sandbox runs)."""
+    names = ["auto", *(level.value for level in IsolationLevel)]
+    if requested not in names:
+        raise ValueError(f"isolation must be one of {names}, got {requested!r}")
+
+
 def choose_level(requested: str = "auto") -> IsolationLevel:
     """The level to use: the strongest available for ``auto``; the requested one or an error otherwise."""
     levels = available_levels()
