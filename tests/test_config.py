@@ -182,6 +182,16 @@ def test_every_built_in_default_written_out_validates() -> None:
         ("scheduler.dora", {"min_lend_gain_s": float("nan")}, "min_lend_gain_s must be >= 0"),
         ("scheduler.dora", {"oversampling_max": "x"}, "oversampling_max: expected int"),
         ("scheduler.longcat_data", {"correct_threshold": float("nan")}, "correct_threshold: must be a finite number"),
+        (
+            "environment.longcat_tool_agent",
+            {"noise_curriculum": {"gap_threshold": float("nan")}},
+            "gap_threshold must be in [-1, 1]",
+        ),
+        (
+            "scheduler.longcat_data",
+            {"selfverify": {"min_delta": float("nan")}},
+            "selfverify.min_delta: must be a finite",
+        ),
         ("fusion.ties", {"density": 0.5}, "give ties's parameters under params in the fuse spec"),
     ],
 )

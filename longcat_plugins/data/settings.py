@@ -227,6 +227,8 @@ class SelfVerifySettings:
             )
         if self.window < 1:
             _fail("selfverify.window", f"must be >= 1 step, got {self.window}")
+        if not math.isfinite(self.min_delta):
+            _fail("selfverify.min_delta", f"must be a finite number, got {self.min_delta!r}")
         if self.tasks < 2 or self.tasks % 2:
             _fail("selfverify.tasks", f"must be an even number >= 2 (pairs of rollouts), got {self.tasks}")
         if self.rollouts < 0:

@@ -20,8 +20,8 @@ from longcat_plugins.environments.noise import CLEAN, NoiseConfig
 class CurriculumConfig:
     start_level: int = 1
     max_level: int = NoiseConfig.MAX_LEVEL
-    #: raise the level when clean - noisy success is below this
-    gap_threshold: float = 0.05
+    #: raise the level when clean - noisy success is below this (a difference of two success rates)
+    gap_threshold: float = bounded(0.05, ge=-1, le=1)
     #: EMA decay per outcome
     decay: float = bounded(0.95, gt=0, lt=1)
     #: outcomes needed on both sides at the current level before deciding
