@@ -142,14 +142,15 @@ def selection_part(section: Mapping[str, Any] | None, where: str = SECTION) -> d
 
 
 #: policy-loss knobs have one home, verl's own actor config, because that is what verl hands the loss
-_FUSION_PARAMS_HOME = (
-    "fusion methods are not configured from longcat.settings (nothing reads it): give {name}'s parameters "
-    "under params in the fuse spec (method: {name}), as longcat-plugins fuse SPEC reads them"
-)
 _LOSS_KNOBS_HOME = (
     "policy-loss knobs are not read from longcat.settings: set them under "
     "actor_rollout_ref.actor.policy_loss (with policy_loss._target_ naming the loss's PolicyLossConfig "
     "subclass, and policy_loss.loss_mode: {name}); the loss reads them from config.policy_loss"
+)
+#: fusion parameters have one home too, the fuse spec's ``params``: no training run reads them
+_FUSION_PARAMS_HOME = (
+    "fusion methods are not configured from longcat.settings (nothing reads it): give {name}'s parameters "
+    "under params in the fuse spec (method: {name}), as longcat-plugins fuse SPEC reads them"
 )
 
 
