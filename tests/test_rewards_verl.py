@@ -210,3 +210,24 @@ def test_rewards_accept_numpy_data_as_parquet_gives_it() -> None:
         "tool", '<tool_call>{"name": "add", "arguments": {"a": 1}}</tool_call>', None, {"tools": tools}
     )
     assert ok["score"] == 1.0, ok
+
+
+@pytest.mark.parametrize(
+    ("setting", "value", "says"),
+    [
+        ("routes", {"math*": "mth"}, "routes.math*: 'mth' is not a reward this run can call; choices: "),
+        ("default", "custom", "needs reward.custom_reward_function.path"),
+        ("default", "code_sandbox", "default: 'code_sandbox' is not a reward this run can call"),
+    ],
+)
+def test_router_names_only_rewards_it_can_call(setting: str, value: object, says: str) -> None:
+    """A route or default naming a reward the run cannot call is refused by validation, naming
+    the key (on the reward worker it failed every sample routed to it); the shipped recipe passes."""
+    from longcat_plugins.config import compose, to_plain, validate_config
+
+    recipe = Path(__file__).resolve().parents[1] / "configs" / "reward_router_cpu.yaml"
+    cfg = to_plain(compose(recipe))
+    assert validate_config(cfg, check_contracts=False)[0] == []
+    cfg["longcat"]["settings"]["reward"]["longcat_router"][setting] = value
+    lines = [f"{p.path}: {p.message}" for p in validate_config(cfg, check_contracts=False)[0]]
+    assert any(line.startswith("longcat.settings.reward.longcat_router.") and says in line for line in lines), lines

@@ -216,8 +216,40 @@ class ToolFormatRewardManager(LongcatRewardManager):
     reward_name = "tool_format"
 
 
+#: where the router's settings live in a recipe
+ROUTER_KEY = "longcat.settings.reward.longcat_router"
+
+
+def check_router_config(cfg: Any) -> list[str]:
+    """Before Ray: every reward the router's ``routes`` and ``default`` name must be one it can
+    call (an enabled reward function, ``default``, or ``custom`` with
+    ``reward.custom_reward_function.path`` set); on the reward worker an unknown name fails every
+    sample routed to it."""
+    from longcat_plugins.config import host_for_section, to_plain
+
+    plain = to_plain(cfg) or {}
+    section = plain.get("longcat") or {}
+    settings = ((section.get("settings") or {}).get("reward") or {}).get("longcat_router") or {}
+    custom = ((plain.get("reward") or {}).get("custom_reward_function") or {}).get("path")
+    names = {c.name for c in host_for_section(section).components(kind="reward_function")} | {"default"}
+    if custom:
+        names.add("custom")
+    choices = ", ".join(sorted(names))
+    named = [(f"{ROUTER_KEY}.routes.{pattern}", name) for pattern, name in (settings.get("routes") or {}).items()]
+    if settings.get("default"):
+        named.append((f"{ROUTER_KEY}.default", settings["default"]))
+    return [
+        f"{key}: {name!r} is not a reward this run can call; choices: {choices}"
+        + ("" if custom or name != "custom" else " ('custom' needs reward.custom_reward_function.path)")
+        for key, name in named
+        if name not in names
+    ]
+
+
 class RouterRewardManager(LongcatRewardManager):
     """Dispatches each sample by ``data_source`` to a reward (multi-domain batches)."""
+
+    check_config = staticmethod(check_router_config)
 
     def __init__(self, *args: Any, router_config: RouterConfig | None = None, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
