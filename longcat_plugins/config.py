@@ -214,6 +214,9 @@ def validate_verl_selections(cfg: Mapping[str, Any], host: Any, settings_ok: boo
             ours = [c.name for c in host.components(kind=kind)]
             if node["name"] not in ours:
                 problems.append(ConfigProblem(f"{node_path}.name", _unknown_name(kind, node["name"], ours, host)))
+            else:
+                component = next(c for c in host.components(kind=kind) if c.name == node["name"])
+                problems.extend(_component_config_problems(component, cfg, settings_ok))
     for component in host.components(kind="val_metric"):  # active in every recipe, not selected by a key
         problems.extend(_component_config_problems(component, cfg, settings_ok))
     from longcat_plugins.algorithms.masking import config_problems

@@ -231,3 +231,23 @@ def test_router_names_only_rewards_it_can_call(setting: str, value: object, says
     cfg["longcat"]["settings"]["reward"]["longcat_router"][setting] = value
     lines = [f"{p.path}: {p.message}" for p in validate_config(cfg, check_contracts=False)[0]]
     assert any(line.startswith("longcat.settings.reward.longcat_router.") and says in line for line in lines), lines
+
+
+@pytest.mark.parametrize("recipe", ["longcat", "cpu_demo"])
+def test_selfverify_main_names_an_enabled_reward(recipe: str) -> None:
+    """``selfverify.main`` naming no enabled reward function is refused by validation, whether the
+    router routes to ``selfverify`` (the system recipe) or ``custom_reward_function`` selects it."""
+    from longcat_plugins.config import compose, to_plain, validate_config
+
+    cfg = to_plain(compose(Path(__file__).resolve().parents[1] / "configs" / f"{recipe}.yaml"))
+    if recipe == "cpu_demo":
+        cfg["reward"]["custom_reward_function"]["name"] = "selfverify"
+    settings = cfg["longcat"].setdefault("settings", {}).setdefault("reward", {})
+    settings["selfverify"] = {**settings.get("selfverify", {}), "main": "arith_exact"}
+    lines = [f"{p.path}: {p.message}" for p in validate_config(cfg, check_contracts=False)[0]]
+    assert any(
+        line.startswith("longcat.settings.reward.selfverify.main: 'arith_exact' is not an enabled reward function")
+        for line in lines
+    ), lines
+    settings["selfverify"]["main"] = "arithmetic_exact"
+    assert validate_config(cfg, check_contracts=False)[0] == []

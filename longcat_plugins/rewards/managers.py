@@ -238,12 +238,17 @@ def check_router_config(cfg: Any) -> list[str]:
     named = [(f"{ROUTER_KEY}.routes.{pattern}", name) for pattern, name in (settings.get("routes") or {}).items()]
     if settings.get("default"):
         named.append((f"{ROUTER_KEY}.default", settings["default"]))
-    return [
+    problems = [
         f"{key}: {name!r} is not a reward this run can call; choices: {choices}"
         + ("" if custom or name != "custom" else " ('custom' needs reward.custom_reward_function.path)")
         for key, name in named
         if name not in names
     ]
+    if any(name == "selfverify" for _, name in named):
+        from longcat_plugins.rewards import selfverify
+
+        problems += selfverify.check_config(cfg)
+    return problems
 
 
 class RouterRewardManager(LongcatRewardManager):

@@ -30,6 +30,24 @@ class SelfVerifyRewardConfig:
             raise ValueError(f"main: must name another reward function, got {self.main!r}")
 
 
+def check_config(cfg: Any) -> list[str]:
+    """Before Ray: ``main`` must name a reward function the recipe enables (other than this one);
+    on the reward worker an unknown name fails every main-task sample."""
+    from longcat_plugins.config import host_for_section, to_plain
+
+    section = (to_plain(cfg) or {}).get("longcat") or {}
+    settings = ((section.get("settings") or {}).get("reward") or {}).get("selfverify") or {}
+    main = settings.get("main", SelfVerifyRewardConfig.main)
+    names = sorted(
+        c.name for c in host_for_section(section).components(kind="reward_function") if c.name != "selfverify"
+    )
+    if isinstance(main, str) and main and main not in names:
+        return [
+            f"longcat.settings.reward.selfverify.main: {main!r} is not an enabled reward function; choices: {', '.join(names)}"
+        ]
+    return []
+
+
 def compute_score(
     data_source: str, solution_str: str, ground_truth: Any, extra_info: dict[str, Any] | None = None, **kwargs: Any
 ) -> dict[str, float]:
@@ -50,3 +68,7 @@ def compute_score(
     if isinstance(result, dict):
         return {"acc": float(result["score"]), **result}
     return {"score": float(result), "acc": float(result)}
+
+
+#: the recipe check validation runs when ``reward.custom_reward_function`` selects this reward
+compute_score.check_config = check_config  # type: ignore[attr-defined]
