@@ -218,6 +218,7 @@ def test_rewards_accept_numpy_data_as_parquet_gives_it() -> None:
         ("routes", {"math*": "mth"}, "routes.math*: 'mth' is not a reward this run can call; choices: "),
         ("default", "custom", "needs reward.custom_reward_function.path"),
         ("default", "code_sandbox", "default: 'code_sandbox' is not a reward this run can call"),
+        ("reward_kwargs", {"mathh": {"timeout_s": 3.0}}, "reward_kwargs.mathh: 'mathh' is not a reward"),
     ],
 )
 def test_router_names_only_rewards_it_can_call(setting: str, value: object, says: str) -> None:

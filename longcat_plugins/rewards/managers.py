@@ -221,10 +221,10 @@ ROUTER_KEY = "longcat.settings.reward.longcat_router"
 
 
 def check_router_config(cfg: Any) -> list[str]:
-    """Before Ray: every reward the router's ``routes`` and ``default`` name must be one it can
-    call (an enabled reward function, ``default``, or ``custom`` with
-    ``reward.custom_reward_function.path`` set); on the reward worker an unknown name fails every
-    sample routed to it."""
+    """Before Ray: every reward the router's ``routes``, ``default`` and ``reward_kwargs`` name
+    must be one it can call (an enabled reward function, ``default``, or ``custom`` with
+    ``reward.custom_reward_function.path`` set); on the reward worker an unknown route fails every
+    sample routed to it, and kwargs for an unknown name would be ignored."""
     from longcat_plugins.config import host_for_section, to_plain
 
     plain = to_plain(cfg) or {}
@@ -238,6 +238,7 @@ def check_router_config(cfg: Any) -> list[str]:
     named = [(f"{ROUTER_KEY}.routes.{pattern}", name) for pattern, name in (settings.get("routes") or {}).items()]
     if settings.get("default"):
         named.append((f"{ROUTER_KEY}.default", settings["default"]))
+    named += [(f"{ROUTER_KEY}.reward_kwargs.{name}", name) for name in settings.get("reward_kwargs") or {}]
     problems = [
         f"{key}: {name!r} is not a reward this run can call; choices: {choices}"
         + ("" if custom or name != "custom" else " ('custom' needs reward.custom_reward_function.path)")
