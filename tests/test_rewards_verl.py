@@ -252,3 +252,23 @@ def test_selfverify_main_names_an_enabled_reward(recipe: str) -> None:
     ), lines
     settings["selfverify"]["main"] = "arithmetic_exact"
     assert validate_config(cfg, check_contracts=False)[0] == []
+
+
+def test_the_router_never_runs_bad_settings_as_its_default_routes() -> None:
+    """In a verl process, a router setting that does not validate raises naming its key (it used
+    to be logged at info level and the default routes used instead); a host without the router
+    gives the defaults."""
+    from longcat_plugins.config import ConfigError
+    from longcat_plugins.host import Host, set_host
+    from longcat_plugins.rewards.managers import DEFAULT_ROUTES, RouterRewardManager
+    from longcat_plugins.selection import Selection
+
+    bad = {"settings": {"reward": {"longcat_router": {"routes": {"math*": 3}}}}}
+    set_host(Host(Selection.from_section(bad)).load())
+    try:
+        with pytest.raises(ConfigError, match=r"longcat\.settings\.reward\.longcat_router\.routes"):
+            RouterRewardManager._settings()
+        set_host(Host(Selection.from_section({"disable": ["reward:longcat_router"]})).load())
+        assert RouterRewardManager._settings().routes == DEFAULT_ROUTES
+    finally:
+        set_host(None)

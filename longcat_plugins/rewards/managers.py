@@ -18,7 +18,6 @@ from __future__ import annotations
 
 import fnmatch
 import inspect
-import logging
 import math
 from dataclasses import dataclass, field
 from typing import Any, ClassVar
@@ -35,8 +34,6 @@ from longcat_plugins.rewards.result import (
     failed,
     invalid,
 )
-
-logger = logging.getLogger(__name__)
 
 DEFAULT_ROUTES: dict[str, str] = {
     "*math*": "math",
@@ -265,13 +262,12 @@ class RouterRewardManager(LongcatRewardManager):
 
     @staticmethod
     def _settings() -> RouterConfig:
-        from longcat_plugins.host import get_host
+        """The configured routes; the defaults only where the host does not know the router
+        (outside a configured host). A bad setting raises, naming its key: it must never run
+        as the default routes."""
+        from longcat_plugins.host import settings_for
 
-        try:
-            return get_host().settings_for("reward", "longcat_router") or RouterConfig()
-        except Exception as exc:  # noqa: BLE001 - outside a configured host the defaults apply
-            logger.info("longcat_router: default routes (%s)", exc)
-            return RouterConfig()
+        return settings_for("reward", "longcat_router", fallback=RouterConfig) or RouterConfig()
 
     def route(self, data_source: str) -> str:
         if data_source not in self._cache:
