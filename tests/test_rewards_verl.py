@@ -219,6 +219,12 @@ def test_rewards_accept_numpy_data_as_parquet_gives_it() -> None:
         ("default", "custom", "needs reward.custom_reward_function.path"),
         ("default", "code_sandbox", "default: 'code_sandbox' is not a reward this run can call"),
         ("reward_kwargs", {"mathh": {"timeout_s": 3.0}}, "reward_kwargs.mathh: 'mathh' is not a reward"),
+        (
+            "reward_kwargs",
+            {"math": {"timeout": 3.0}},
+            "reward_kwargs.math.timeout: unknown key (did you mean 'timeout_s'",
+        ),
+        ("reward_kwargs", {"math": {"timeout_s": -1.0}}, "reward_kwargs.math: timeout_s must be > 0"),
     ],
 )
 def test_router_names_only_rewards_it_can_call(setting: str, value: object, says: str) -> None:

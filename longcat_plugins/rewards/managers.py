@@ -228,7 +228,8 @@ def check_router_config(cfg: Any) -> list[str]:
     section = plain.get("longcat") or {}
     settings = ((section.get("settings") or {}).get("reward") or {}).get("longcat_router") or {}
     custom = ((plain.get("reward") or {}).get("custom_reward_function") or {}).get("path")
-    names = {c.name for c in host_for_section(section).components(kind="reward_function")} | {"default"}
+    functions = {c.name: c for c in host_for_section(section).components(kind="reward_function")}
+    names = set(functions) | {"default"}
     if custom:
         names.add("custom")
     choices = ", ".join(sorted(names))
@@ -242,10 +243,31 @@ def check_router_config(cfg: Any) -> list[str]:
         for key, name in named
         if name not in names
     ]
+    problems += _reward_kwargs_problems(section, settings.get("reward_kwargs") or {}, functions)
     if any(name == "selfverify" for _, name in named):
         from longcat_plugins.rewards import selfverify
 
         problems += selfverify.check_config(cfg)
+    return problems
+
+
+def _reward_kwargs_problems(
+    section: dict[str, Any], reward_kwargs: dict[str, Any], functions: dict[str, Any]
+) -> list[str]:
+    """A reward's ``reward_kwargs`` are its settings for the calls the router makes: they must be
+    keys of its settings (a typo would be dropped without a word) with values they accept."""
+    from longcat_plugins.config import ConfigError, build_settings
+
+    problems = []
+    for name, kwargs in reward_kwargs.items():
+        component = functions.get(name)
+        if component is None or component.config is None or not isinstance(kwargs, dict):
+            continue
+        base = ((section.get("settings") or {}).get("reward") or {}).get(name) or {}
+        try:
+            build_settings(component, {**base, **kwargs}, f"{ROUTER_KEY}.reward_kwargs.{name}")
+        except ConfigError as exc:
+            problems += [f"{p.path}: {p.message}" for p in exc.problems]
     return problems
 
 
