@@ -278,3 +278,19 @@ def test_the_router_never_runs_bad_settings_as_its_default_routes() -> None:
         assert RouterRewardManager._settings().routes == DEFAULT_ROUTES
     finally:
         set_host(None)
+
+
+def test_router_checks_verls_reward_kwargs_entries_named_after_a_reward() -> None:
+    """``reward.reward_kwargs.<reward>`` (verl's key, merged last by the router) is checked like the
+    router's own ``reward_kwargs``; its other entries (another manager's settings) are left alone."""
+    from longcat_plugins.config import compose, to_plain, validate_config
+
+    cfg = to_plain(compose(Path(__file__).resolve().parents[1] / "configs" / "reward_router_cpu.yaml"))
+    cfg["reward"]["reward_kwargs"] = {"math": {"timeout": 3.0}, "overlong_buffer_cfg": {"enable": False}}
+    lines = [f"{p.path}: {p.message}" for p in validate_config(cfg, check_contracts=False)[0]]
+    assert lines == [
+        "reward.reward_kwargs.math.timeout: unknown key (did you mean 'timeout_s'?); choices: correct_score, "
+        "drop_uid, incorrect_score, max_answer_chars, max_response_chars, memory_mb, timeout_s, workers"
+    ], lines
+    cfg["reward"]["reward_kwargs"]["math"] = {"timeout_s": 3.0}
+    assert validate_config(cfg, check_contracts=False)[0] == []

@@ -243,7 +243,12 @@ def check_router_config(cfg: Any) -> list[str]:
         for key, name in named
         if name not in names
     ]
-    problems += _reward_kwargs_problems(section, settings.get("reward_kwargs") or {}, functions)
+    problems += _reward_kwargs_problems(
+        section, settings.get("reward_kwargs") or {}, functions, f"{ROUTER_KEY}.reward_kwargs"
+    )
+    verl_kwargs = (plain.get("reward") or {}).get("reward_kwargs") or {}
+    if isinstance(verl_kwargs, dict):  # verl's grab bag: only its entries named after a reward are the router's
+        problems += _reward_kwargs_problems(section, verl_kwargs, functions, "reward.reward_kwargs")
     if any(name == "selfverify" for _, name in named):
         from longcat_plugins.rewards import selfverify
 
@@ -252,7 +257,7 @@ def check_router_config(cfg: Any) -> list[str]:
 
 
 def _reward_kwargs_problems(
-    section: dict[str, Any], reward_kwargs: dict[str, Any], functions: dict[str, Any]
+    section: dict[str, Any], reward_kwargs: dict[str, Any], functions: dict[str, Any], where: str
 ) -> list[str]:
     """A reward's ``reward_kwargs`` are its settings for the calls the router makes: they must be
     keys of its settings (a typo would be dropped without a word) with values they accept."""
@@ -265,7 +270,7 @@ def _reward_kwargs_problems(
             continue
         base = ((section.get("settings") or {}).get("reward") or {}).get(name) or {}
         try:
-            build_settings(component, {**base, **kwargs}, f"{ROUTER_KEY}.reward_kwargs.{name}")
+            build_settings(component, {**base, **kwargs}, f"{where}.{name}")
         except ConfigError as exc:
             problems += [f"{p.path}: {p.message}" for p in exc.problems]
     return problems
