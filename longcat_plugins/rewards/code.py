@@ -18,6 +18,7 @@ from longcat_plugins.rewards.result import RewardSetupError, invalid, scored
 from longcat_plugins.rewards.sandbox import Limits, Sandbox, parse_test_cases
 from longcat_plugins.rewards.sandbox.isolation import check_isolation_name
 from longcat_plugins.rewards.sandbox.languages import ALIASES, LANGUAGES, get_language
+from longcat_plugins.rewards.sandbox.runner import check_python_modes
 
 _FENCE = re.compile(r"```([A-Za-z0-9+#]*)[ \t]*\n(.*?)```", re.DOTALL)
 
@@ -48,10 +49,7 @@ class CodeRewardConfig:
             raise ValueError(f"score_mode must be 'all' or 'pass_rate', got {self.score_mode!r}")
         get_language(self.language)
         check_isolation_name(self.isolation)
-        if self.python_call_mode not in ("batch", "per_case"):
-            raise ValueError(f"python_call_mode must be 'batch' or 'per_case', got {self.python_call_mode!r}")
-        if self.python_stdio_mode not in ("warm", "per_case"):
-            raise ValueError(f"python_stdio_mode must be 'warm' or 'per_case', got {self.python_stdio_mode!r}")
+        check_python_modes(self.python_call_mode, self.python_stdio_mode)
 
     def limits(self) -> Limits:
         return Limits(

@@ -82,6 +82,15 @@ def live_pids_of_uid(uid: int) -> list[int]:
     return pids
 
 
+def check_python_modes(call_mode: str, stdio_mode: str) -> None:
+    """ValueError unless the Python call and stdio modes are ones the sandbox runs (settings
+    check them before Ray with this, the sandbox again where it starts)."""
+    if call_mode not in ("batch", "per_case"):
+        raise ValueError(f"python_call_mode must be 'batch' or 'per_case', got {call_mode!r}")
+    if stdio_mode not in ("warm", "per_case"):
+        raise ValueError(f"python_stdio_mode must be 'warm' or 'per_case', got {stdio_mode!r}")
+
+
 class SandboxSetupError(RewardSetupError):
     """The sandbox cannot run this language at all here; raised, never scored as wrong answers."""
 
@@ -178,10 +187,7 @@ class Sandbox:
         python_call_mode: str = "batch",
         python_stdio_mode: str = "warm",
     ) -> None:
-        if python_call_mode not in ("batch", "per_case"):
-            raise ValueError(f"python_call_mode must be 'batch' or 'per_case', got {python_call_mode!r}")
-        if python_stdio_mode not in ("warm", "per_case"):
-            raise ValueError(f"python_stdio_mode must be 'warm' or 'per_case', got {python_stdio_mode!r}")
+        check_python_modes(python_call_mode, python_stdio_mode)
         self.python_stdio_mode = python_stdio_mode
         self.level: IsolationLevel = choose_level(isolation)
         self.limits = limits or Limits()
